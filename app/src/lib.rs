@@ -1,0 +1,80 @@
+//! Conveyor's web front end: the pages, rendered on the server and hydrated in the browser.
+//!
+//! Layout:
+//! - [`model`]: the job types shared with the server (API JSON, SSE events, page data).
+//! - [`data`]: server functions the pages load their first state with, over [`data::JobsReader`].
+//! - [`live`]: the browser side of the server-sent event streams.
+//! - [`pages`]: one module per page.
+
+pub mod data;
+pub mod live;
+pub mod model;
+pub mod pages;
+
+use leptos::prelude::*;
+use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
+use leptos_router::{
+    SsrMode, StaticSegment,
+    components::{A, Route, Router, Routes},
+    path,
+};
+
+/// The HTML document around the app, rendered by the server.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8" />
+                <meta name="viewport" content="width=device-width, initial-scale=1" />
+                <AutoReload options=options.clone() />
+                <HydrationScripts options />
+                <MetaTags />
+            </head>
+            <body>
+                <App />
+            </body>
+        </html>
+    }
+}
+
+/// The routes and the frame around every page.
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    // Effects run only in the browser, after hydration: tests and people can tell the page is live.
+    Effect::new(|_| {
+        if let Some(body) = document().body() {
+            let _ = body.set_attribute("data-hydrated", "true");
+        }
+    });
+    view! {
+        <Stylesheet id="leptos" href="/pkg/conveyor.css" />
+        <Title text="Conveyor" />
+        <Router>
+            <header class="topbar">
+                <A href="/">"Conveyor"</A>
+                <nav>
+                    <A href="/">"Import"</A>
+                    <A href="/jobs">"Jobs"</A>
+                </nav>
+            </header>
+            <main>
+                <Routes fallback=|| view! { <pages::NotFound /> }>
+                    <Route path=StaticSegment("") view=pages::upload::UploadPage />
+                    // Async rendering: the whole page, with its status code, once the job is read.
+                    <Route path=path!("/jobs") view=pages::jobs::JobsPage ssr=SsrMode::Async />
+                    <Route path=path!("/jobs/:id") view=pages::job::JobPage ssr=SsrMode::Async />
+                </Routes>
+            </main>
+        </Router>
+    }
+}
+
+/// The wasm entry point: attaches the app to the server-rendered HTML.
+#[cfg(feature = "hydrate")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn hydrate() {
+    console_error_panic_hook::set_once();
+    leptos::mount::hydrate_body(App);
+}

@@ -1,0 +1,204 @@
+//! The job types that cross from the server to the browser: the JSON of the API, the SSE events
+//! and the SSR'd pages all speak these, so they live here, free of any server-only dependency.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// What a job does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobKind {
+    Import,
+    Export,
+}
+
+/// Where a job is in its life. See `docs/architecture.md` for the state diagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    Waiting,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl JobStatus {
+    /// The word stored in the database and shown in the job list.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses the database word; `None` for anything else.
+    pub fn parse(word: &str) -> Option<Self> {
+        [
+            Self::Waiting,
+            Self::Running,
+            Self::Completed,
+            Self::Failed,
+            Self::Cancelled,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == word)
+    }
+
+    /// Whether the job can still change.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+/// A job as the API returns it and the pages show it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobView {
+    pub id: Uuid,
+    pub job_type: JobKind,
+    pub status: JobStatus,
+    /// Rows to process; unknown (`None`) until the job has been planned.
+    pub item_count: Option<i64>,
+    pub item_progress: i64,
+    pub rows_ok: i64,
+    pub rows_failed: i64,
+    pub chunks_total: i32,
+    pub chunks_done: i32,
+    /// Bumped on every change; the SSE event id.
+    pub version: i64,
+    pub error: Option<String>,
+    pub filename: Option<String>,
+    pub dataset: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl JobView {
+    /// Whole percent done, 0–100.
+    pub fn percent(&self) -> i64 {
+        match self.item_count {
+            Some(count) if count > 0 => (self.item_progress * 100 / count).clamp(0, 100),
+            Some(_) if self.status == JobStatus::Completed => 100,
+            _ => 0,
+        }
+    }
+
+    /// The one-line message the job page shows.
+    pub fn message(&self) -> String {
+        match self.status {
+            JobStatus::Waiting => "Waiting for job to start...".to_owned(),
+            JobStatus::Running => format!("Job running, {}% complete...", self.percent()),
+            JobStatus::Completed => "Job complete".to_owned(),
+            JobStatus::Failed => match &self.error {
+                Some(reason) => format!("Job failed: {reason}"),
+                None => "Job failed".to_owned(),
+            },
+            JobStatus::Cancelled => "Job cancelled".to_owned(),
+        }
+    }
+
+    /// "x of y rows", with thousands separators; `None` while the row count is unknown.
+    pub fn rows_line(&self) -> Option<String> {
+        self.item_count.map(|count| {
+            format!(
+                "{} of {} rows",
+                thousands(self.item_progress),
+                thousands(count)
+            )
+        })
+    }
+}
+
+/// Formats 1234567 as "1,234,567".
+pub fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if n < 0 {
+        out.push('-');
+    }
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(status: JobStatus, count: Option<i64>, progress: i64) -> JobView {
+        JobView {
+            id: Uuid::nil(),
+            job_type: JobKind::Import,
+            status,
+            item_count: count,
+            item_progress: progress,
+            rows_ok: progress,
+            rows_failed: 0,
+            chunks_total: 0,
+            chunks_done: 0,
+            version: 1,
+            error: None,
+            filename: None,
+            dataset: None,
+            created_at: DateTime::<Utc>::MIN_UTC,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn messages_are_the_seed_texts() {
+        assert_eq!(
+            job(JobStatus::Waiting, None, 0).message(),
+            "Waiting for job to start..."
+        );
+        assert_eq!(
+            job(JobStatus::Running, Some(200), 50).message(),
+            "Job running, 25% complete..."
+        );
+        assert_eq!(
+            job(JobStatus::Completed, Some(200), 200).message(),
+            "Job complete"
+        );
+    }
+
+    #[test]
+    fn percent_handles_unknown_and_empty_counts() {
+        assert_eq!(job(JobStatus::Running, None, 0).percent(), 0);
+        assert_eq!(job(JobStatus::Running, Some(3), 2).percent(), 66);
+        assert_eq!(job(JobStatus::Completed, Some(0), 0).percent(), 100);
+    }
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1234567), "1,234,567");
+        assert_eq!(thousands(-4500), "-4,500");
+        assert_eq!(
+            job(JobStatus::Running, Some(30000), 1500)
+                .rows_line()
+                .unwrap(),
+            "1,500 of 30,000 rows"
+        );
+    }
+
+    #[test]
+    fn status_words_round_trip() {
+        for word in ["waiting", "running", "completed", "failed", "cancelled"] {
+            assert_eq!(JobStatus::parse(word).unwrap().as_str(), word);
+        }
+        assert_eq!(JobStatus::parse("done"), None);
+    }
+}

@@ -1,0 +1,96 @@
+//! `/jobs/{id}`: one job, live. The server renders the current state; once hydrated, the page
+//! follows the job's SSE stream until the job ends.
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+use uuid::Uuid;
+
+use crate::{
+    data::get_job,
+    live,
+    model::{JobStatus, JobView},
+    pages::NotFound,
+};
+
+#[component]
+pub fn JobPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || {
+        params
+            .read()
+            .get("id")
+            .and_then(|raw| Uuid::parse_str(&raw).ok())
+    };
+    let job = Resource::new(id, |id| async move {
+        match id {
+            Some(id) => get_job(id).await,
+            None => Ok(None),
+        }
+    });
+    view! {
+        <Suspense fallback=|| view! { <p class="muted">"Loading job..."</p> }>
+            {move || Suspend::new(async move {
+                match job.await {
+                    Ok(Some(job)) => view! { <LiveJob job /> }.into_any(),
+                    Ok(None) => view! { <NotFound /> }.into_any(),
+                    Err(err) => {
+                        view! { <p class="error">"Cannot load the job: " {err.to_string()}</p> }
+                            .into_any()
+                    }
+                }
+            })}
+        </Suspense>
+    }
+}
+
+/// The job card, kept current by the job's event stream.
+#[component]
+fn LiveJob(job: JobView) -> impl IntoView {
+    let id = job.id;
+    let state = RwSignal::new(job);
+    live::subscribe(format!("/api/jobs/{id}/events"), move |update: JobView| {
+        if update.version > state.get_untracked().version {
+            state.set(update);
+        }
+    });
+    let status = move || state.read().status;
+    view! {
+        <section class="card job" data-status=move || status().as_str()>
+            <h1>
+                "Import of " {move || state.read().filename.clone().unwrap_or_default()}
+            </h1>
+            <p class="dataset">
+                "into dataset "
+                <strong>{move || state.read().dataset.clone().unwrap_or_default()}</strong>
+            </p>
+            <p class="message" data-testid="job-message">
+                {move || state.read().message()}
+            </p>
+            <progress
+                data-testid="job-progress"
+                max="100"
+                value=move || state.read().percent()
+            ></progress>
+            <p class="rows" data-testid="job-rows">
+                {move || state.read().rows_line().unwrap_or_else(|| "Counting rows...".into())}
+            </p>
+            <Show when=move || { state.read().rows_failed > 0 }>
+                <p class="warning">
+                    {move || crate::model::thousands(state.read().rows_failed)}
+                    " rows had errors and were not imported."
+                </p>
+            </Show>
+            <Show when=move || status() == JobStatus::Completed>
+                <p>
+                    <a href=move || {
+                        format!(
+                            "/api/datasets/{}/rows",
+                            state.read().dataset.clone().unwrap_or_default(),
+                        )
+                    }>"See the imported rows (JSON)"</a>
+                </p>
+            </Show>
+            <p class="muted">"Job " {id.to_string()}</p>
+        </section>
+    }
+}

@@ -1,0 +1,99 @@
+//! `/jobs`: every job, newest first, with live status and progress.
+
+use leptos::prelude::*;
+
+use crate::{
+    data::list_jobs,
+    live,
+    model::{JobView, thousands},
+};
+
+#[component]
+pub fn JobsPage() -> impl IntoView {
+    let jobs = Resource::new(|| (), |_| list_jobs());
+    view! {
+        <section class="card">
+            <h1>"Jobs"</h1>
+            <Suspense fallback=|| view! { <p class="muted">"Loading jobs..."</p> }>
+                {move || Suspend::new(async move {
+                    match jobs.await {
+                        Ok(jobs) => view! { <LiveJobTable jobs /> }.into_any(),
+                        Err(err) => {
+                            view! { <p class="error">"Cannot load jobs: " {err.to_string()}</p> }
+                                .into_any()
+                        }
+                    }
+                })}
+            </Suspense>
+        </section>
+    }
+}
+
+/// The table, kept current by the job list's event stream.
+#[component]
+fn LiveJobTable(jobs: Vec<JobView>) -> impl IntoView {
+    let rows = RwSignal::new(jobs);
+    live::subscribe("/api/jobs/events".to_owned(), move |update: JobView| {
+        rows.update(|rows| apply_update(rows, update));
+    });
+    view! {
+        <Show
+            when=move || !rows.read().is_empty()
+            fallback=|| view! { <p class="muted">"No jobs yet. " <a href="/">"Import a file"</a></p> }
+        >
+            <table class="jobs">
+                <thead>
+                    <tr>
+                        <th>"Job"</th>
+                        <th>"File"</th>
+                        <th>"Dataset"</th>
+                        <th>"Status"</th>
+                        <th>"Progress"</th>
+                        <th>"Created"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    <For
+                        each=move || rows.get()
+                        key=|job| (job.id, job.version)
+                        children=|job| view! { <JobRow job /> }
+                    />
+                </tbody>
+            </table>
+        </Show>
+    }
+}
+
+#[component]
+fn JobRow(job: JobView) -> impl IntoView {
+    let progress = match job.item_count {
+        Some(count) => format!(
+            "{}% ({} of {})",
+            job.percent(),
+            thousands(job.item_progress),
+            thousands(count)
+        ),
+        None => "-".to_owned(),
+    };
+    view! {
+        <tr data-testid="job-row" data-status=job.status.as_str()>
+            <td>
+                <a href=format!("/jobs/{}", job.id)>{job.id.to_string()[..8].to_owned()}</a>
+            </td>
+            <td>{job.filename.clone().unwrap_or_default()}</td>
+            <td>{job.dataset.clone().unwrap_or_default()}</td>
+            <td data-testid="job-status">{job.status.as_str()}</td>
+            <td>{progress}</td>
+            <td>{job.created_at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
+        </tr>
+    }
+}
+
+/// Replaces the job with the same id when the update is newer, or puts a new job first.
+fn apply_update(rows: &mut Vec<JobView>, update: JobView) {
+    match rows.iter_mut().find(|row| row.id == update.id) {
+        Some(row) if update.version > row.version => *row = update,
+        Some(_) => {}
+        None => rows.insert(0, update),
+    }
+}

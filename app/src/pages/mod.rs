@@ -1,0 +1,22 @@
+//! One module per page.
+
+pub mod job;
+pub mod jobs;
+pub mod upload;
+
+use leptos::prelude::*;
+
+/// Shown for any unknown path or id.
+#[component]
+pub fn NotFound() -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+        response.set_status(http::StatusCode::NOT_FOUND);
+    }
+    view! {
+        <section class="card">
+            <h1>"Not found"</h1>
+            <p>"There is nothing here. " <a href="/jobs">"See all jobs"</a></p>
+        </section>
+    }
+}

@@ -1,0 +1,89 @@
+//! Settings, from the command line or the environment (every flag has a `CONVEYOR_…` variable).
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "server",
+    version,
+    about = "Conveyor: background spreadsheet jobs with live progress"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve HTTP, pages and live progress; runs workers too unless `--no-workers` (the default).
+    Serve(ServeArgs),
+    /// Run workers only, to add processing capacity on any machine.
+    Worker(WorkerArgs),
+    /// Apply database migrations and exit.
+    Migrate,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DatabaseArgs {
+    /// PostgreSQL connection URL.
+    #[arg(long, env = "DATABASE_URL", global = true)]
+    pub database_url: Option<String>,
+    /// Connections in this process's pool.
+    #[arg(long, env = "CONVEYOR_DB_POOL", default_value_t = 16, global = true)]
+    pub db_pool: u32,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct ServeArgs {
+    /// Do not run workers in this process.
+    #[arg(long, env = "CONVEYOR_NO_WORKERS")]
+    pub no_workers: bool,
+    /// Largest accepted upload, in bytes.
+    #[arg(long, env = "CONVEYOR_MAX_UPLOAD_BYTES", default_value_t = 1 << 30)]
+    pub max_upload_bytes: usize,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct WorkerArgs {
+    /// Tasks this process runs at once.
+    #[arg(long, env = "CONVEYOR_WORKER_CONCURRENCY", default_value_t = 2)]
+    pub concurrency: usize,
+    /// Rows per chunk when an import is planned.
+    #[arg(long, env = "CONVEYOR_CHUNK_ROWS", default_value_t = 2000)]
+    pub chunk_rows: usize,
+    /// Seconds between worker heartbeats; a worker silent for 3 heartbeats is presumed dead and
+    /// its tasks are handed to live workers.
+    #[arg(long, env = "CONVEYOR_HEARTBEAT_SECS", default_value_t = 5)]
+    pub heartbeat_secs: u64,
+}
+
+impl Default for WorkerArgs {
+    fn default() -> Self {
+        Self {
+            concurrency: 2,
+            chunk_rows: 2000,
+            heartbeat_secs: 5,
+        }
+    }
+}
+
+impl WorkerArgs {
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_secs(self.heartbeat_secs.max(1))
+    }
+}
+
+impl ServeArgs {
+    /// The settings of `serve` when no subcommand is given: defaults and `CONVEYOR_…` variables.
+    pub fn from_env() -> Result<Self, clap::Error> {
+        use clap::FromArgMatches;
+        let command = Self::augment_args(clap::Command::new("serve"));
+        Self::from_arg_matches(&command.try_get_matches_from(["serve"])?)
+    }
+}

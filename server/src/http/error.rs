@@ -1,0 +1,92 @@
+//! API errors: one type, mapped to a status and `{"error":{"code","message"}}`. Internal
+//! causes are logged here, once, and never shown to the client.
+
+use axum::{
+    Json,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+};
+use serde_json::json;
+
+use crate::{jobs::create::CreateError, store::uploads::UploadError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    TooLarge(String),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            Self::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
+            Self::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = match &self {
+            Self::Internal(err) => {
+                tracing::error!("internal error: {err:#}");
+                "Something went wrong on our side. Please try again.".to_owned()
+            }
+            other => other.to_string(),
+        };
+        (
+            status,
+            Json(json!({ "error": { "code": code, "message": message } })),
+        )
+            .into_response()
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        Self::Internal(err.into())
+    }
+}
+
+impl From<UploadError> for ApiError {
+    fn from(err: UploadError) -> Self {
+        match err {
+            UploadError::TooLarge { .. } => {
+                Self::TooLarge(format!("The file is too large: {err}."))
+            }
+            UploadError::Empty => Self::Invalid("The file is empty.".into()),
+            UploadError::Body(_) => Self::BadRequest(format!("The upload failed: {err}.")),
+            UploadError::Database(err) => err.into(),
+        }
+    }
+}
+
+impl From<CreateError> for ApiError {
+    fn from(err: CreateError) -> Self {
+        match err {
+            CreateError::UploadNotFound(_) => {
+                Self::Invalid(format!("Cannot create the job: {err}."))
+            }
+            CreateError::Invalid(message) => Self::Invalid(message),
+            CreateError::Database(err) => err.into(),
+            CreateError::Queue(err) => Self::Internal(err.into()),
+        }
+    }
+}
+
+/// The JSON 404 for API paths that do not exist.
+pub async fn no_such_endpoint() -> ApiError {
+    ApiError::NotFound("There is no such API endpoint.".into())
+}

@@ -1,0 +1,106 @@
+//! `/api/jobs`: create, read and list jobs.
+
+use axum::{
+    Extension, Json,
+    extract::{
+        Path, Query, State,
+        rejection::{JsonRejection, PathRejection},
+    },
+    http::{StatusCode, header::LOCATION},
+    response::{IntoResponse, Response},
+};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{AppState, error::ApiError, session::Owner};
+use crate::{jobs::create, store::jobs};
+use app::model::JobView;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateJob {
+    job_type: String,
+    file_guid: Option<Uuid>,
+    dataset: Option<String>,
+}
+
+/// `POST /api/jobs` → 202 with `Location` and the job.
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    body: Result<Json<CreateJob>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(request) = body.map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
+    let job = match request.job_type.as_str() {
+        "import" => {
+            let upload = request.file_guid.ok_or_else(|| {
+                ApiError::Invalid("An import needs \"fileGuid\": the id of an upload.".into())
+            })?;
+            let dataset = request.dataset.ok_or_else(|| {
+                ApiError::Invalid("An import needs \"dataset\": the dataset to import into.".into())
+            })?;
+            create::import(&state.pool, &owner.0, upload, dataset.trim()).await?
+        }
+        "export" => {
+            return Err(ApiError::Invalid(
+                "Export jobs are not available yet.".into(),
+            ));
+        }
+        other => {
+            return Err(ApiError::Invalid(format!(
+                "Unknown jobType \"{other}\": use \"import\"."
+            )));
+        }
+    };
+    let location = format!("/api/jobs/{}", job.id);
+    Ok((StatusCode::ACCEPTED, [(LOCATION, location)], Json(job)).into_response())
+}
+
+/// `GET /api/jobs/{id}`.
+pub async fn show(
+    State(state): State<AppState>,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<Json<JobView>, ApiError> {
+    let id = job_id(id)?;
+    jobs::find(&state.pool, id)
+        .await?
+        .map(Json)
+        .ok_or_else(|| no_such_job(id))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    limit: Option<i64>,
+    before: Option<Uuid>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JobPage {
+    jobs: Vec<JobView>,
+    /// Pass as `before` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<Uuid>,
+}
+
+/// `GET /api/jobs?limit=&before=`: newest first, keyset paged.
+pub async fn list(
+    State(state): State<AppState>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<JobPage>, ApiError> {
+    let limit = query.limit.unwrap_or(50).clamp(1, 500);
+    let jobs = jobs::recent(&state.pool, limit, query.before).await?;
+    let next = (jobs.len() as i64 == limit)
+        .then(|| jobs.last().map(|job| job.id))
+        .flatten();
+    Ok(Json(JobPage { jobs, next }))
+}
+
+/// A path id that is not a UUID names no job either.
+pub fn job_id(id: Result<Path<Uuid>, PathRejection>) -> Result<Uuid, ApiError> {
+    id.map(|Path(id)| id)
+        .map_err(|_| ApiError::NotFound("No job has that id.".into()))
+}
+
+pub fn no_such_job(id: Uuid) -> ApiError {
+    ApiError::NotFound(format!("No job has the id {id}."))
+}

@@ -1,0 +1,73 @@
+//! `POST /api/uploads`: stream a multipart `file` field into storage.
+
+use axum::{
+    Extension, Json,
+    extract::{Multipart, State, multipart::MultipartError},
+    http::StatusCode,
+};
+
+use super::{AppState, error::ApiError, session::Owner};
+use crate::store::uploads::{self, Upload};
+
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(owner): Extension<Owner>,
+    mut multipart: Multipart,
+) -> Result<(StatusCode, Json<Upload>), ApiError> {
+    while let Some(field) = multipart.next_field().await.map_err(multipart_error)? {
+        if field.name() != Some("file") {
+            continue;
+        }
+        let filename = clean_file_name(field.file_name().unwrap_or("upload.csv"));
+        let content_type = field.content_type().map(str::to_owned);
+        let upload = uploads::save(
+            &state.pool,
+            &owner.0,
+            &filename,
+            content_type.as_deref(),
+            state.max_upload_bytes,
+            std::pin::pin!(field),
+        )
+        .await?;
+        tracing::info!(upload = %upload.id, size = upload.size, "file uploaded");
+        return Ok((StatusCode::CREATED, Json(upload)));
+    }
+    Err(ApiError::Invalid(
+        "Send the file as multipart/form-data in a field named \"file\".".into(),
+    ))
+}
+
+fn multipart_error(err: MultipartError) -> ApiError {
+    if err.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::TooLarge("The file is larger than the upload limit.".into())
+    } else {
+        ApiError::BadRequest(format!(
+            "The upload could not be read: {}.",
+            err.body_text()
+        ))
+    }
+}
+
+/// The last path component, without control characters, at most 255 characters.
+fn clean_file_name(raw: &str) -> String {
+    let base = raw.rsplit(['/', '\\']).next().unwrap_or(raw);
+    let name: String = base.chars().filter(|c| !c.is_control()).take(255).collect();
+    if name.trim().is_empty() {
+        "upload.csv".to_owned()
+    } else {
+        name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clean_file_name;
+
+    #[test]
+    fn file_names_lose_paths_and_control_characters() {
+        assert_eq!(clean_file_name("C:\\Users\\me\\data.csv"), "data.csv");
+        assert_eq!(clean_file_name("../../etc/passwd"), "passwd");
+        assert_eq!(clean_file_name("a\nb.csv"), "ab.csv");
+        assert_eq!(clean_file_name(""), "upload.csv");
+    }
+}

@@ -1,0 +1,137 @@
+//! The plan task: read the upload once, streaming, and turn it into chunks.
+//!
+//! The scan runs on a blocking thread and pulls the upload's parts through a small channel, so
+//! memory stays flat however large the file. Everything the plan decides is written in one
+//! transaction with the chunk tasks; a plan that dies half-way leaves nothing behind and simply
+//! runs again.
+
+use std::io::{self, Read};
+
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use super::{
+    Engine, TaskError,
+    queue::{self, TaskMsg},
+};
+use crate::{
+    spreadsheet::{
+        Plan,
+        csv::{self, ScanError},
+    },
+    store::{chunks, datasets, jobs, notify, uploads},
+};
+
+pub async fn run(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
+    let mut tx = engine.pool.begin().await?;
+    let Some(job) = jobs::lock_import_job(&mut tx, job_id).await? else {
+        return Ok(());
+    };
+    if job.sealed {
+        // Planned already; its chunk tasks were queued with the plan.
+        return Ok(());
+    }
+    match jobs::start(&mut tx, job_id).await? {
+        Some(version) => notify::job_changed(&mut tx, job_id, version).await?,
+        None if job.is_running() => {}
+        // Finished or cancelled before it started.
+        None => return Ok(()),
+    }
+    tx.commit().await?;
+
+    match scan_upload(engine, job.upload_id).await {
+        Ok(plan) => seal(engine, job_id, plan).await,
+        Err(ScanError::File(reason)) => fail(engine, job_id, &reason.to_string()).await,
+        Err(ScanError::Io(err)) => Err(err.into()),
+    }
+}
+
+async fn scan_upload(engine: &Engine, upload_id: Uuid) -> Result<Plan, ScanError> {
+    let (parts_tx, parts_rx) = mpsc::channel(2);
+    let chunk_rows = engine.chunk_rows;
+    let scan =
+        tokio::task::spawn_blocking(move || csv::scan(PartReader::new(parts_rx), chunk_rows));
+    let mut parts = uploads::stream(&engine.pool, upload_id);
+    while let Some(part) = parts.next().await {
+        // A closed channel means the scan stopped early; its result says why.
+        if parts_tx.send(part.map_err(io::Error::other)).await.is_err() {
+            break;
+        }
+    }
+    drop(parts_tx);
+    scan.await.map_err(io::Error::other)?
+}
+
+async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError> {
+    let mut tx = engine.pool.begin().await?;
+    let Some(job) = jobs::lock_import_job(&mut tx, job_id).await? else {
+        return Ok(());
+    };
+    if job.sealed || !job.is_running() {
+        // Another run of this task got here first, or the job ended meanwhile.
+        return Ok(());
+    }
+    chunks::insert_all(&mut tx, job_id, &plan.chunks).await?;
+    datasets::adopt_columns(&mut tx, job.dataset_id, &plan.columns).await?;
+    let chunks_total = plan.chunks.len() as i32;
+    let Some(version) =
+        jobs::seal(&mut tx, job_id, &plan.columns, plan.row_count, chunks_total).await?
+    else {
+        return Ok(());
+    };
+    let tasks: Vec<TaskMsg> = (0..chunks_total)
+        .map(|chunk_no| TaskMsg::Chunk { job_id, chunk_no })
+        .collect();
+    queue::push(&mut tx, &tasks).await?;
+    notify::job_changed(&mut tx, job_id, version).await?;
+    tx.commit().await?;
+    tracing::info!(%job_id, rows = plan.row_count, chunks = chunks_total, "job planned");
+    Ok(())
+}
+
+/// Fails the job with a reason for the person who uploaded the file.
+async fn fail(engine: &Engine, job_id: Uuid, reason: &str) -> Result<(), TaskError> {
+    let mut tx = engine.pool.begin().await?;
+    if let Some(version) = jobs::fail(&mut tx, job_id, reason).await? {
+        notify::job_changed(&mut tx, job_id, version).await?;
+    }
+    tx.commit().await?;
+    tracing::info!(%job_id, reason, "job failed");
+    Ok(())
+}
+
+/// A blocking `Read` over parts sent from async code.
+struct PartReader {
+    parts: mpsc::Receiver<io::Result<Vec<u8>>>,
+    part: Vec<u8>,
+    pos: usize,
+}
+
+impl PartReader {
+    fn new(parts: mpsc::Receiver<io::Result<Vec<u8>>>) -> Self {
+        Self {
+            parts,
+            part: Vec::new(),
+            pos: 0,
+        }
+    }
+}
+
+impl Read for PartReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.part.len() {
+            match self.parts.blocking_recv() {
+                Some(part) => {
+                    self.part = part?;
+                    self.pos = 0;
+                }
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.part.len() - self.pos);
+        buf[..n].copy_from_slice(&self.part[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}

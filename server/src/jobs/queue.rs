@@ -1,0 +1,36 @@
+//! The task messages and how they are queued. Messages carry ids only; everything else is read
+//! from our tables when the task runs, so a stale or duplicated message is harmless.
+
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+/// The apalis queue all Conveyor tasks go through.
+pub const QUEUE: &str = "conveyor";
+
+/// Deliveries of one message before apalis gives up on it.
+pub const MAX_ATTEMPTS: usize = 5;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "task", rename_all = "camelCase")]
+pub enum TaskMsg {
+    Plan { job_id: Uuid },
+    Chunk { job_id: Uuid, chunk_no: i32 },
+}
+
+/// Queues tasks inside the caller's transaction: they exist exactly when its changes commit.
+pub async fn push(
+    conn: &mut PgConnection,
+    tasks: &[TaskMsg],
+) -> Result<(), apalis_postgres::Error> {
+    let tasks = tasks
+        .iter()
+        .map(|task| {
+            let bytes = serde_json::to_vec(task).expect("task messages always serialize");
+            apalis::prelude::TaskBuilder::new(bytes)
+                .max_attempts(MAX_ATTEMPTS)
+                .build()
+        })
+        .collect();
+    apalis_postgres::queries::push_tasks(conn, QUEUE, tasks).await
+}

@@ -1,0 +1,68 @@
+//! Conveyor's server: HTTP, pages, live progress and the job engine, in one binary.
+//!
+//! Layout:
+//! - [`config`]: command line and environment.
+//! - [`db`]: the pool and migrations.
+//! - [`store`]: all SQL, one module per concern.
+//! - [`spreadsheet`]: reading files (no database in sight).
+//! - [`jobs`]: the job engine: creating jobs, the plan and chunk tasks, the workers.
+//! - [`progress`]: the process's one LISTEN connection and the per-client live feeds.
+//! - [`http`]: the API, SSE and the Leptos pages.
+//!
+//! `serve` and `work` are what `main` runs; integration tests call them too.
+
+pub mod config;
+pub mod db;
+pub mod http;
+pub mod jobs;
+pub mod progress;
+pub mod spreadsheet;
+pub mod store;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    config::{ServeArgs, WorkerArgs},
+    http::AppState,
+    jobs::Engine,
+    progress::Hub,
+};
+
+/// Serves HTTP on `listener` (and runs workers unless `no_workers`) until `shutdown` fires.
+pub async fn serve(
+    pool: PgPool,
+    args: ServeArgs,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let state = AppState {
+        hub: Hub::start(pool.clone(), shutdown.clone()),
+        pool: pool.clone(),
+        leptos_options: http::leptos_options(),
+        max_upload_bytes: args.max_upload_bytes,
+        shutdown: shutdown.clone(),
+    };
+    let workers =
+        (!args.no_workers).then(|| tokio::spawn(work(pool, args.worker.clone(), shutdown.clone())));
+    tracing::info!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, http::router(state))
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+        .context("serving HTTP")?;
+    if let Some(workers) = workers {
+        workers.await?;
+    }
+    Ok(())
+}
+
+/// Runs workers until `shutdown` fires.
+pub async fn work(pool: PgPool, args: WorkerArgs, shutdown: CancellationToken) {
+    let engine = Engine {
+        pool,
+        chunk_rows: args.chunk_rows,
+    };
+    jobs::worker::run(engine, &args, shutdown).await;
+}

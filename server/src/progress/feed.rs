@@ -1,0 +1,130 @@
+//! A stream of job states for one SSE client: the current state first, then every change,
+//! coalesced so a busy job pushes at most one state per [`COALESCE`] window, and always its
+//! latest. It subscribes before its first read, so no change falls between the two.
+
+use std::{collections::HashMap, time::Duration};
+
+use app::model::JobView;
+use futures::Stream;
+use sqlx::PgPool;
+use tokio::sync::{
+    broadcast::error::{RecvError, TryRecvError},
+    mpsc,
+};
+use tokio_stream::wrappers::ReceiverStream;
+use uuid::Uuid;
+
+use super::{Change, Hub};
+use crate::store::jobs;
+
+/// The shortest time between two pushes of the same job.
+pub const COALESCE: Duration = Duration::from_millis(100);
+
+/// Jobs a resync of the list re-reads.
+const LIST_RESYNC: i64 = 100;
+
+/// Which jobs a stream follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    One(Uuid),
+    All,
+}
+
+impl Scope {
+    fn covers(self, id: Uuid) -> bool {
+        match self {
+            Scope::One(one) => one == id,
+            Scope::All => true,
+        }
+    }
+}
+
+/// What to read next.
+enum Pending {
+    Everything,
+    Jobs(Vec<Uuid>),
+}
+
+/// Job states for `scope`, starting after `last_version` (the SSE `Last-Event-ID`) when given.
+pub fn follow(
+    pool: PgPool,
+    hub: &Hub,
+    scope: Scope,
+    last_version: Option<i64>,
+) -> impl Stream<Item = JobView> + use<> {
+    let mut changes = hub.subscribe();
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut sent: HashMap<Uuid, i64> = HashMap::new();
+        if let (Scope::One(id), Some(version)) = (scope, last_version) {
+            sent.insert(id, version);
+        }
+        let mut pending = Pending::Everything;
+        loop {
+            let views = match read(&pool, scope, pending).await {
+                Ok(views) => views,
+                Err(err) => {
+                    tracing::warn!("live feed cannot read jobs: {err}");
+                    Vec::new()
+                }
+            };
+            for view in views {
+                if sent
+                    .get(&view.id)
+                    .is_none_or(|&version| view.version > version)
+                {
+                    sent.insert(view.id, view.version);
+                    if tx.send(view).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            // Wait for a change this stream shows, then gather what else arrives in the window.
+            let mut ids = Vec::new();
+            let mut everything = false;
+            while ids.is_empty() && !everything {
+                tokio::select! {
+                    () = tx.closed() => return,
+                    change = changes.recv() => match change {
+                        Ok(Change::Job(job)) if scope.covers(job.id) => ids.push(job.id),
+                        Ok(Change::Job(_)) => {}
+                        Ok(Change::Resync) | Err(RecvError::Lagged(_)) => everything = true,
+                        Err(RecvError::Closed) => return,
+                    },
+                }
+            }
+            tokio::time::sleep(COALESCE).await;
+            loop {
+                match changes.try_recv() {
+                    Ok(Change::Job(job)) if scope.covers(job.id) => {
+                        if !ids.contains(&job.id) {
+                            ids.push(job.id);
+                        }
+                    }
+                    Ok(Change::Job(_)) => {}
+                    Ok(Change::Resync) | Err(TryRecvError::Lagged(_)) => everything = true,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Closed) => return,
+                }
+            }
+            pending = if everything {
+                Pending::Everything
+            } else {
+                Pending::Jobs(ids)
+            };
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+async fn read(pool: &PgPool, scope: Scope, pending: Pending) -> sqlx::Result<Vec<JobView>> {
+    match (scope, pending) {
+        (Scope::One(id), _) => Ok(jobs::find(pool, id).await?.into_iter().collect()),
+        (Scope::All, Pending::Everything) => {
+            let mut views = jobs::recent(pool, LIST_RESYNC, None).await?;
+            views.reverse();
+            Ok(views)
+        }
+        (Scope::All, Pending::Jobs(ids)) => jobs::find_many(pool, &ids).await,
+    }
+}

@@ -1,0 +1,88 @@
+//! The process's one listener. It reconnects with backoff; after every (re)connect it
+//! broadcasts [`Change::Resync`], because notifications sent while it was away are lost and
+//! every stream must re-read what it shows.
+
+use std::time::Duration;
+
+use sqlx::{PgPool, postgres::PgListener};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::notify::{CHANNEL, JobChanged};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// A job's row changed.
+    Job(JobChanged),
+    /// Changes may have been missed: re-read everything shown.
+    Resync,
+}
+
+#[derive(Clone)]
+pub struct Hub {
+    changes: broadcast::Sender<Change>,
+}
+
+impl Hub {
+    /// Starts listening; stops when `shutdown` fires.
+    pub fn start(pool: PgPool, shutdown: CancellationToken) -> Self {
+        let (changes, _) = broadcast::channel(4096);
+        tokio::spawn(listen(pool, changes.clone(), shutdown));
+        Self { changes }
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.changes.subscribe()
+    }
+}
+
+async fn listen(pool: PgPool, changes: broadcast::Sender<Change>, shutdown: CancellationToken) {
+    let mut backoff = Duration::from_millis(100);
+    while !shutdown.is_cancelled() {
+        let connected = async {
+            let mut listener = PgListener::connect_with(&pool).await?;
+            listener.listen(CHANNEL).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        let mut listener = match shutdown.run_until_cancelled(connected).await {
+            None => return,
+            Some(Ok(listener)) => listener,
+            Some(Err(err)) => {
+                tracing::warn!("progress listener cannot connect, retrying in {backoff:?}: {err}");
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(100);
+        let _ = changes.send(Change::Resync);
+        loop {
+            // `try_recv` answers `None` when the connection dropped; reconnect ourselves so the
+            // resync is sent only once we listen again.
+            match shutdown.run_until_cancelled(listener.try_recv()).await {
+                None => return,
+                Some(Ok(Some(notification))) => {
+                    match serde_json::from_str::<JobChanged>(notification.payload()) {
+                        Ok(change) => {
+                            let _ = changes.send(Change::Job(change));
+                        }
+                        Err(err) => {
+                            tracing::warn!("ignoring a malformed job_progress payload: {err}")
+                        }
+                    }
+                }
+                Some(Ok(None)) => {
+                    tracing::warn!("progress listener lost its connection; reconnecting");
+                    break;
+                }
+                Some(Err(err)) => {
+                    tracing::warn!("progress listener failed, reconnecting: {err}");
+                    break;
+                }
+            }
+        }
+    }
+}

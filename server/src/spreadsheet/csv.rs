@@ -1,0 +1,252 @@
+//! CSV: planning scans the file once, streaming; a chunk parses its own byte range.
+//! Quoted fields may hold delimiters, quotes and newlines, so chunk boundaries come from the
+//! parser's record positions, never from searching for line breaks.
+
+use std::io::{self, BufRead, BufReader, Read};
+
+use csv::{ByteRecord, ReaderBuilder};
+use serde_json::{Map, Value};
+
+use super::{ChunkSpan, FileError, Plan, sniff};
+use crate::store::chunks::RowError;
+
+/// Why a scan stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// Reading the bytes failed (the database went away): worth another try.
+    #[error("reading the file failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Reads the header, counts the rows and cuts them into chunks of `chunk_rows`.
+pub fn scan(input: impl Read, chunk_rows: usize) -> Result<Plan, ScanError> {
+    let mut input = BufReader::with_capacity(64 * 1024, input);
+    sniff(input.fill_buf()?)?;
+    let mut reader = ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(input);
+    let mut record = ByteRecord::new();
+    if !read(&mut reader, &mut record)? {
+        return Err(FileError::Empty.into());
+    }
+    let columns = header(&record)?;
+
+    let chunk_rows = chunk_rows.max(1);
+    let mut chunks = Vec::new();
+    let mut current: Option<ChunkSpan> = None;
+    let mut row_count = 0i64;
+    while read(&mut reader, &mut record)? {
+        row_count += 1;
+        let end = reader.position().byte();
+        let span = current.get_or_insert(ChunkSpan {
+            first_row: row_count,
+            row_count: 0,
+            byte_start: record.position().map_or(0, |p| p.byte()),
+            byte_end: end,
+        });
+        span.row_count += 1;
+        span.byte_end = end;
+        if span.row_count as usize == chunk_rows {
+            chunks.extend(current.take());
+        }
+    }
+    chunks.extend(current);
+    if row_count == 0 {
+        return Err(FileError::NoRows.into());
+    }
+    Ok(Plan {
+        columns,
+        row_count,
+        chunks,
+    })
+}
+
+fn read<R: Read>(reader: &mut csv::Reader<R>, record: &mut ByteRecord) -> Result<bool, ScanError> {
+    reader.read_byte_record(record).map_err(|err| {
+        if err.is_io_error() {
+            match err.into_kind() {
+                csv::ErrorKind::Io(io) => ScanError::Io(io),
+                _ => unreachable!("is_io_error promised an Io kind"),
+            }
+        } else {
+            FileError::NotCsv(format!("The file is not valid CSV: {err}")).into()
+        }
+    })
+}
+
+/// Column names from the header row: trimmed, a UTF-8 byte order mark dropped, blanks named
+/// `column_N`; duplicates are refused because rows are stored as objects keyed by name.
+fn header(record: &ByteRecord) -> Result<Vec<String>, FileError> {
+    let mut columns: Vec<String> = Vec::with_capacity(record.len());
+    for (i, field) in record.iter().enumerate() {
+        let name = std::str::from_utf8(field)
+            .map_err(|_| FileError::BadHeader(format!("column {} is not UTF-8 text", i + 1)))?;
+        let name = name.trim_start_matches('\u{feff}').trim();
+        let name = if name.is_empty() {
+            format!("column_{}", i + 1)
+        } else {
+            name.to_owned()
+        };
+        if columns.contains(&name) {
+            return Err(FileError::BadHeader(format!(
+                "the column name \"{name}\" appears twice"
+            )));
+        }
+        columns.push(name);
+    }
+    Ok(columns)
+}
+
+/// One chunk's rows, parsed: good rows as JSON objects keyed by column, bad rows as errors.
+#[derive(Debug, Default, PartialEq)]
+pub struct ChunkRows {
+    pub row_nos: Vec<i64>,
+    pub rows: Vec<Value>,
+    pub errors: Vec<RowError>,
+}
+
+/// Parses the bytes of a chunk whose first data row is `first_row`.
+pub fn parse_chunk(bytes: &[u8], columns: &[String], first_row: i64) -> ChunkRows {
+    let mut reader = ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(bytes);
+    let mut out = ChunkRows::default();
+    let mut record = ByteRecord::new();
+    let mut row_no = first_row;
+    loop {
+        match reader.read_byte_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => match to_object(&record, columns) {
+                Ok(object) => {
+                    out.row_nos.push(row_no);
+                    out.rows.push(Value::Object(object));
+                }
+                Err((column, message)) => {
+                    let value = column
+                        .as_ref()
+                        .and_then(|c| columns.iter().position(|name| name == c))
+                        .and_then(|i| record.get(i))
+                        .map(|field| String::from_utf8_lossy(field).into_owned());
+                    out.errors.push(RowError {
+                        row_no: row_no + 1,
+                        column,
+                        value,
+                        message,
+                    });
+                }
+            },
+            Err(err) => out.errors.push(RowError {
+                row_no: row_no + 1,
+                column: None,
+                value: None,
+                message: format!("not valid CSV: {err}"),
+            }),
+        }
+        row_no += 1;
+    }
+    out
+}
+
+type FieldError = (Option<String>, String);
+
+fn to_object(record: &ByteRecord, columns: &[String]) -> Result<Map<String, Value>, FieldError> {
+    if record.len() != columns.len() {
+        return Err((
+            None,
+            format!("expected {} fields, found {}", columns.len(), record.len()),
+        ));
+    }
+    let mut object = Map::with_capacity(columns.len());
+    for (name, field) in columns.iter().zip(record.iter()) {
+        let text = std::str::from_utf8(field)
+            .map_err(|_| (Some(name.clone()), format!("{name}: not UTF-8 text")))?;
+        object.insert(name.clone(), Value::String(text.to_owned()));
+    }
+    Ok(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(text: &str, chunk_rows: usize) -> Plan {
+        scan(text.as_bytes(), chunk_rows).expect("scans")
+    }
+
+    #[test]
+    fn chunks_cover_every_row_once_even_with_quoted_newlines() {
+        let text = "\u{feff}id,note\r\n1,plain\r\n2,\"two\nlines, and \"\"quotes\"\"\"\r\n3,x\r\n4,y\r\n5,z";
+        let plan = plan(text, 2);
+        assert_eq!(plan.columns, ["id", "note"]);
+        assert_eq!(plan.row_count, 5);
+        assert_eq!(plan.chunks.len(), 3);
+        let mut ids = Vec::new();
+        for span in &plan.chunks {
+            let bytes = &text.as_bytes()[span.byte_start as usize..span.byte_end as usize];
+            let parsed = parse_chunk(bytes, &plan.columns, span.first_row);
+            assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+            assert_eq!(parsed.rows.len(), span.row_count as usize);
+            ids.extend(
+                parsed
+                    .rows
+                    .iter()
+                    .map(|r| r["id"].as_str().unwrap().to_owned()),
+            );
+        }
+        assert_eq!(ids, ["1", "2", "3", "4", "5"]);
+        let second = parse_chunk(
+            &text.as_bytes()[plan.chunks[0].byte_start as usize..plan.chunks[0].byte_end as usize],
+            &plan.columns,
+            1,
+        );
+        assert_eq!(second.rows[1]["note"], "two\nlines, and \"quotes\"");
+        assert_eq!(second.row_nos, [1, 2]);
+    }
+
+    #[test]
+    fn rows_with_the_wrong_field_count_become_row_errors() {
+        let text = "a,b\n1,2\n3\n4,5,6\n7,8\n";
+        let plan = plan(text, 10);
+        let span = plan.chunks[0];
+        let parsed = parse_chunk(
+            &text.as_bytes()[span.byte_start as usize..span.byte_end as usize],
+            &plan.columns,
+            span.first_row,
+        );
+        assert_eq!(parsed.row_nos, [1, 4]);
+        assert_eq!(
+            parsed
+                .errors
+                .iter()
+                .map(|e| (e.row_no, e.message.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (3, "expected 2 fields, found 1"),
+                (4, "expected 2 fields, found 3")
+            ]
+        );
+    }
+
+    #[test]
+    fn unusable_files_are_file_errors() {
+        let err = |text: &[u8]| match scan(text, 10) {
+            Err(ScanError::File(err)) => err,
+            other => panic!("expected a file error, got {other:?}"),
+        };
+        assert_eq!(err(b""), FileError::Empty);
+        assert_eq!(err(b"a,b\n"), FileError::NoRows);
+        assert!(
+            matches!(err(b"a,a\n1,2\n"), FileError::BadHeader(m) if m.contains("\"a\" appears twice"))
+        );
+        assert!(matches!(err(b"PK\x03\x04\x14\0"), FileError::NotCsv(_)));
+    }
+
+    #[test]
+    fn blank_header_cells_get_names() {
+        assert_eq!(plan(" x ,,z\n1,2,3\n", 5).columns, ["x", "column_2", "z"]);
+    }
+}

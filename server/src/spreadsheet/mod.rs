@@ -1,0 +1,40 @@
+//! Reading spreadsheets. Planning streams the whole file once to find the header and cut the
+//! rows into chunks by byte range; each chunk later parses just its own bytes. Nothing here
+//! touches the database: it works on `Read`ers and byte slices, so it is tested on its own.
+
+pub mod csv;
+mod sniff;
+
+pub use sniff::sniff;
+
+/// A run of data rows and where they lie in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkSpan {
+    /// The first data row (1 = the row after the header).
+    pub first_row: i64,
+    pub row_count: i32,
+    pub byte_start: u64,
+    pub byte_end: u64,
+}
+
+/// What planning learns about a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub columns: Vec<String>,
+    pub row_count: i64,
+    pub chunks: Vec<ChunkSpan>,
+}
+
+/// Why a file cannot be imported at all. These are the person's problem, not ours: the job
+/// fails with the message and is never retried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileError {
+    #[error("The file is empty.")]
+    Empty,
+    #[error("The file has a header row but no data rows.")]
+    NoRows,
+    #[error("{0}")]
+    NotCsv(String),
+    #[error("The header row is not usable: {0}")]
+    BadHeader(String),
+}

@@ -1,0 +1,10 @@
+//! All SQL, one module per concern. Callers get domain types back, never rows.
+//!
+//! State changes name the state they expect (`… where status = 'running'`), so a late or
+//! duplicated message can never move a job that has moved on.
+
+pub mod chunks;
+pub mod datasets;
+pub mod jobs;
+pub mod notify;
+pub mod uploads;

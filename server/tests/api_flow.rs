@@ -1,0 +1,246 @@
+//! The import flow through the real HTTP API, with in-process workers.
+
+mod support;
+
+use app::model::{JobKind, JobStatus};
+use reqwest::StatusCode;
+use serde_json::Value;
+use support::{TestDb, TestServer, csv, stored_rows, worker_args};
+
+#[tokio::test]
+async fn a_multi_chunk_csv_is_imported_with_exact_counts_and_rows() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(250))).await;
+
+    // 2,000 good rows and one with a missing field, as row 1,002 of the sheet.
+    let mut bytes = csv(2000);
+    let at = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(1000)
+        .unwrap()
+        .0
+        + 1;
+    bytes.splice(at..at, b"oops,only-two\n".iter().copied());
+
+    let upload = server.upload("people.csv", bytes.clone()).await;
+    assert_eq!(upload["filename"], "people.csv");
+    assert_eq!(upload["size"], bytes.len() as u64);
+
+    let response = server
+        .client
+        .post(server.url("/api/jobs"))
+        .json(&serde_json::json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": "people" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    let created: app::model::JobView = response.json().await.unwrap();
+    assert_eq!(location, format!("/api/jobs/{}", created.id));
+    assert_eq!(created.job_type, JobKind::Import);
+
+    let mut events = server.events(created.id, None).await;
+    events.until(|job| job.status.is_finished()).await;
+
+    let job = server.job(created.id).await;
+    assert_eq!(job.status, JobStatus::Completed, "{job:?}");
+    assert_eq!(job.item_count, Some(2001));
+    assert_eq!(job.item_progress, 2001);
+    assert_eq!(job.rows_ok, 2000);
+    assert_eq!(job.rows_failed, 1);
+    assert_eq!((job.chunks_total, job.chunks_done), (9, 9));
+    assert!(job.started_at.is_some() && job.finished_at.is_some());
+    assert_eq!(stored_rows(&db.pool, job.id).await, (2000, 2000));
+
+    let (row, message): (i64, String) =
+        sqlx::query_as("select row_no, message from job_errors where job_id = $1")
+            .bind(job.id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        (row, message.as_str()),
+        (1002, "expected 4 fields, found 2")
+    );
+
+    // Every row comes back through the API, in file order, across pages.
+    let mut rows = Vec::new();
+    let mut next: Option<String> = None;
+    loop {
+        let mut url = server.url("/api/datasets/people/rows?limit=700");
+        if let Some(after) = &next {
+            url.push_str(&format!("&after={after}"));
+        }
+        let page: Value = server
+            .client
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        rows.extend(page["rows"].as_array().unwrap().iter().cloned());
+        match page["next"].as_str() {
+            Some(after) => next = Some(after.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(rows.len(), 2000);
+    assert_eq!(
+        rows[0],
+        serde_json::json!({ "id": "1", "name": "Name 1, Jr.", "email": "user1@example.com", "amount": "3.01" })
+    );
+    assert_eq!(rows[1999]["id"], "2000");
+    let ids: Vec<i64> = rows
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids, (1..=2000).collect::<Vec<_>>());
+
+    // The list shows it, and the server-rendered page shows the finished state.
+    let list: Value = server
+        .client
+        .get(server.url("/api/jobs"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["jobs"][0]["id"], job.id.to_string());
+    let html = server
+        .client
+        .get(server.url(&format!("/jobs/{}", job.id)))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains("Job complete"), "{html}");
+    assert!(html.contains("2,001 of 2,001 rows"), "{html}");
+
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_ids_and_bad_requests_get_json_errors() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let get = |path: &str| server.client.get(server.url(path)).send();
+
+    for path in [
+        format!("/api/jobs/{}", uuid::Uuid::new_v4()),
+        "/api/jobs/not-a-uuid".to_owned(),
+        format!("/api/jobs/{}/events", uuid::Uuid::new_v4()),
+        "/api/datasets/nope/rows".to_owned(),
+        "/api/nothing-here".to_owned(),
+    ] {
+        let response = get(&path).await.unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "not_found", "{path}");
+        assert!(body["error"]["message"].as_str().unwrap().len() > 5);
+    }
+    let page = get(&format!("/jobs/{}", uuid::Uuid::new_v4()))
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::NOT_FOUND);
+
+    let post = |body: Value| {
+        server
+            .client
+            .post(server.url("/api/jobs"))
+            .json(&body)
+            .send()
+    };
+    let missing_upload = post(serde_json::json!({
+        "jobType": "import", "fileGuid": uuid::Uuid::new_v4(), "dataset": "x"
+    }))
+    .await
+    .unwrap();
+    assert_eq!(missing_upload.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let upload = server.upload("a.csv", b"a\n1\n".to_vec()).await;
+    let bad_name = post(
+        serde_json::json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": "a b/c" }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bad_name.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = bad_name.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("dataset name")
+    );
+    let not_json = server
+        .client
+        .post(server.url("/api/jobs"))
+        .header("content-type", "application/json")
+        .body("{")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_json.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        not_json.json::<Value>().await.unwrap()["error"]["code"],
+        "bad_request"
+    );
+
+    let empty = server
+        .client
+        .post(server.url("/api/uploads"))
+        .multipart(reqwest::multipart::Form::new().part(
+            "file",
+            reqwest::multipart::Part::bytes(Vec::new()).file_name("e.csv"),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(empty.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn files_that_are_not_csv_fail_the_job_with_a_reason() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "image.csv",
+            b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec(),
+            "not a text file",
+        ),
+        ("book.csv", b"PK\x03\x04\x14\0\x06\0".to_vec(), "workbook"),
+        ("header.csv", b"a,b,c\n".to_vec(), "no data rows"),
+        ("latin1.csv", b"name\nZo\xeb\n".to_vec(), "not UTF-8"),
+    ];
+    for (i, (name, bytes, reason)) in cases.into_iter().enumerate() {
+        let job = server.import(name, bytes, &format!("bad{i}")).await;
+        let mut events = server.events(job.id, None).await;
+        let last = events
+            .until(|job| job.status.is_finished())
+            .await
+            .pop()
+            .unwrap()
+            .job;
+        assert_eq!(last.status, JobStatus::Failed, "{name}");
+        let error = last.error.unwrap();
+        assert!(error.contains(reason), "{name}: {error}");
+        let html = server
+            .client
+            .get(server.url(&format!("/jobs/{}", job.id)))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(html.contains("Job failed"), "{name}");
+    }
+    server.stop().await;
+}

@@ -1,0 +1,119 @@
+//! Effects happen once, whatever the delivery: a chunk run twice (in turn and at the same time)
+//! counts once, a re-run plan changes nothing, and a worker process killed with SIGKILL mid-job
+//! leaves a job that still completes with exact counts and no duplicate rows.
+
+mod support;
+
+use app::model::JobStatus;
+use server::jobs::{Engine, chunk, plan};
+use support::{TestDb, TestServer, WorkerProcess, csv, stored_rows};
+
+#[tokio::test]
+async fn a_chunk_processed_twice_counts_once() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let job = server.import("twice.csv", csv(1000), "twice").await;
+    let engine = Engine {
+        pool: db.pool.clone(),
+        chunk_rows: 100,
+    };
+
+    plan::run(&engine, job.id).await.unwrap();
+    plan::run(&engine, job.id).await.unwrap(); // a re-delivered plan is a no-op
+    let planned = server.job(job.id).await;
+    assert_eq!(
+        (planned.status, planned.chunks_total, planned.item_count),
+        (JobStatus::Running, 10, Some(1000))
+    );
+    let chunks: i64 = sqlx::query_scalar("select count(*) from job_chunks where job_id = $1")
+        .bind(job.id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(chunks, 10);
+
+    // In turn: the second run finds the chunk done.
+    chunk::run(&engine, job.id, 0).await.unwrap();
+    chunk::run(&engine, job.id, 0).await.unwrap();
+    // At the same time: one waits on the done-gate, then finds it done.
+    let (a, b) = tokio::join!(
+        chunk::run(&engine, job.id, 1),
+        chunk::run(&engine, job.id, 1)
+    );
+    a.unwrap();
+    b.unwrap();
+    let partial = server.job(job.id).await;
+    assert_eq!(
+        (partial.chunks_done, partial.item_progress, partial.rows_ok),
+        (2, 200, 200)
+    );
+    assert_eq!(stored_rows(&db.pool, job.id).await, (200, 200));
+
+    for chunk_no in (2..10).chain(0..10) {
+        chunk::run(&engine, job.id, chunk_no).await.unwrap();
+    }
+    let done = server.job(job.id).await;
+    assert_eq!(done.status, JobStatus::Completed);
+    assert_eq!(
+        (
+            done.chunks_done,
+            done.item_progress,
+            done.rows_ok,
+            done.rows_failed
+        ),
+        (10, 1000, 1000, 0)
+    );
+    assert_eq!(stored_rows(&db.pool, job.id).await, (1000, 1000));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_worker_killed_mid_job_leaves_exact_counts() {
+    const ROWS: usize = 30_000;
+    const CHUNK_ROWS: usize = 100;
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let job = server.import("kill.csv", csv(ROWS), "killed").await;
+    let mut events = server.events(job.id, None).await;
+
+    // Two workers die in turn, each a few chunks after the last one; a third finishes the job.
+    let mut kills = Vec::new();
+    for _ in 0..2 {
+        let worker = WorkerProcess::start(&db, CHUNK_ROWS);
+        let before = events
+            .until(|job| job.status == JobStatus::Running)
+            .await
+            .last()
+            .unwrap()
+            .job
+            .chunks_done;
+        let seen = events
+            .until(|job| job.chunks_done >= before + 3 || job.status.is_finished())
+            .await;
+        worker.kill_9();
+        let at_kill = seen.last().unwrap().job.clone();
+        assert_eq!(
+            at_kill.status,
+            JobStatus::Running,
+            "the job must still be running when its worker dies"
+        );
+        kills.push(at_kill.chunks_done);
+    }
+    let _survivor = WorkerProcess::start(&db, CHUNK_ROWS);
+    events.until(|job| job.status.is_finished()).await;
+
+    let done = server.job(job.id).await;
+    assert_eq!(
+        done.status,
+        JobStatus::Completed,
+        "{done:?} (killed at {kills:?} chunks)"
+    );
+    let rows = ROWS as i64;
+    assert_eq!(
+        (done.item_count, done.item_progress, done.rows_ok),
+        (Some(rows), rows, rows)
+    );
+    assert_eq!(done.chunks_done, (ROWS / CHUNK_ROWS) as i32);
+    assert_eq!(stored_rows(&db.pool, job.id).await, (rows, rows));
+    server.stop().await;
+}

@@ -1,0 +1,314 @@
+//! Test harness: a fresh database per test in the throwaway cluster `make test` starts, the real
+//! server on port 0, real worker processes, and an SSE reader to wait on events (never sleeps).
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use app::model::{JobStatus, JobView};
+use futures::StreamExt;
+use reqwest::{Client, StatusCode, multipart};
+use serde_json::{Value, json};
+use server::config::{ServeArgs, WorkerArgs};
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// The longest any single wait in a test may take before the test fails.
+pub const PATIENCE: Duration = Duration::from_secs(90);
+
+/// A database of its own, migrated.
+pub struct TestDb {
+    pub pool: PgPool,
+    pub url: String,
+}
+
+impl TestDb {
+    pub async fn new() -> Self {
+        let admin_url = std::env::var("CONVEYOR_TEST_DATABASE_URL").expect(
+            "CONVEYOR_TEST_DATABASE_URL is not set: run the tests with `make test`, which starts a \
+             throwaway PostgreSQL, or point it at a cluster you may create databases in",
+        );
+        let name = format!("test_{}", Uuid::new_v4().simple());
+        let admin = PgPool::connect(&admin_url)
+            .await
+            .expect("connect to the test cluster");
+        sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
+            .execute(&admin)
+            .await
+            .expect("create a test database");
+        admin.close().await;
+        let url = with_database(&admin_url, &name);
+        let pool = server::db::connect(&url, 10)
+            .await
+            .expect("connect to the test database");
+        server::db::migrate(&pool).await.expect("migrate");
+        Self { pool, url }
+    }
+}
+
+/// `url` with its database name replaced.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    let mut out = format!("{}/{name}", &base[..path_start]);
+    if let Some(query) = query {
+        out.push('?');
+        out.push_str(query);
+    }
+    out
+}
+
+pub fn worker_args(chunk_rows: usize) -> WorkerArgs {
+    WorkerArgs {
+        concurrency: 2,
+        chunk_rows,
+        heartbeat_secs: 1,
+    }
+}
+
+/// The real server, on a free port, with a cookie-keeping client.
+pub struct TestServer {
+    pub base: String,
+    pub client: Client,
+    pub shutdown: CancellationToken,
+    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl TestServer {
+    /// Starts the server; with `workers: None` it runs no workers (the test controls them).
+    pub async fn start(db: &TestDb, workers: Option<WorkerArgs>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let args = ServeArgs {
+            no_workers: workers.is_none(),
+            max_upload_bytes: 64 << 20,
+            worker: workers.unwrap_or_default(),
+        };
+        let shutdown = CancellationToken::new();
+        let handle = tokio::spawn(server::serve(
+            db.pool.clone(),
+            args,
+            listener,
+            shutdown.clone(),
+        ));
+        let client = Client::builder().cookie_store(true).build().unwrap();
+        Self {
+            base,
+            client,
+            shutdown,
+            handle,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// `POST /api/uploads`; the JSON answer.
+    pub async fn upload(&self, filename: &str, bytes: Vec<u8>) -> Value {
+        let form = multipart::Form::new().part(
+            "file",
+            multipart::Part::bytes(bytes).file_name(filename.to_owned()),
+        );
+        let response = self
+            .client
+            .post(self.url("/api/uploads"))
+            .multipart(form)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::CREATED,
+            "upload answered {}",
+            response.status()
+        );
+        response.json().await.unwrap()
+    }
+
+    /// Uploads and starts an import; the job as `POST /api/jobs` answered.
+    pub async fn import(&self, filename: &str, bytes: Vec<u8>, dataset: &str) -> JobView {
+        let upload = self.upload(filename, bytes).await;
+        let response = self
+            .client
+            .post(self.url("/api/jobs"))
+            .json(&json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": dataset }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::ACCEPTED);
+        let job: JobView = response.json().await.unwrap();
+        assert_eq!(job.status, JobStatus::Waiting);
+        job
+    }
+
+    pub async fn job(&self, id: Uuid) -> JobView {
+        self.client
+            .get(self.url(&format!("/api/jobs/{id}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Opens the job's event stream.
+    pub async fn events(&self, id: Uuid, last_event_id: Option<i64>) -> Events {
+        let mut request = self.client.get(self.url(&format!("/api/jobs/{id}/events")));
+        if let Some(last) = last_event_id {
+            request = request.header("Last-Event-ID", last.to_string());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        Events::from_response(response)
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(PATIENCE, self.handle)
+            .await
+            .expect("the server stops")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// A reader of `event: job` server-sent events.
+pub struct Events {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: String,
+}
+
+/// One parsed event.
+#[derive(Debug, Clone)]
+pub struct JobEvent {
+    pub id: i64,
+    pub job: JobView,
+}
+
+impl Events {
+    pub fn from_response(response: reqwest::Response) -> Self {
+        Self {
+            body: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+        }
+    }
+
+    /// The next `job` event; fails the test after [`PATIENCE`].
+    pub async fn next(&mut self) -> JobEvent {
+        tokio::time::timeout(PATIENCE, self.next_inner())
+            .await
+            .expect("an SSE event in time")
+    }
+
+    async fn next_inner(&mut self) -> JobEvent {
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut event, mut id, mut data) = (None, None, String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        event = Some(v.trim().to_owned());
+                    } else if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if event.as_deref() == Some("job") {
+                    return JobEvent {
+                        id: id.expect("job events carry an id"),
+                        job: serde_json::from_str(&data).expect("job events carry a JobView"),
+                    };
+                }
+            }
+            let bytes = self
+                .body
+                .next()
+                .await
+                .expect("the stream stays open")
+                .expect("read the stream");
+            self.buffer.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+
+    /// Reads events until one matches; returns every event read, the match last.
+    pub async fn until(&mut self, done: impl Fn(&JobView) -> bool) -> Vec<JobEvent> {
+        let mut seen = Vec::new();
+        loop {
+            let event = self.next().await;
+            let finished = done(&event.job);
+            seen.push(event);
+            if finished {
+                return seen;
+            }
+        }
+    }
+}
+
+/// A `server worker` process, killed when dropped.
+pub struct WorkerProcess(Child);
+
+impl WorkerProcess {
+    pub fn start(db: &TestDb, chunk_rows: usize) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_server"))
+            .arg("worker")
+            .env("DATABASE_URL", &db.url)
+            .env("CONVEYOR_CHUNK_ROWS", chunk_rows.to_string())
+            .env("CONVEYOR_WORKER_CONCURRENCY", "1")
+            .env("CONVEYOR_HEARTBEAT_SECS", "1")
+            .env("CONVEYOR_DB_POOL", "4")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start a worker process");
+        Self(child)
+    }
+
+    /// SIGKILL: no chance to clean up, like a machine that vanishes.
+    pub fn kill_9(mut self) {
+        self.0.kill().expect("kill -9 the worker");
+        self.0.wait().expect("reap the worker");
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A CSV with a header and `rows` rows: `id,name,email,amount`.
+pub fn csv(rows: usize) -> Vec<u8> {
+    let mut out = String::from("id,name,email,amount\n");
+    for i in 1..=rows {
+        out.push_str(&format!(
+            "{i},\"Name {i}, Jr.\",user{i}@example.com,{}.{:02}\n",
+            i * 3,
+            i % 100
+        ));
+    }
+    out.into_bytes()
+}
+
+/// Rows stored for a job, and how many distinct source rows they are.
+pub async fn stored_rows(pool: &PgPool, job_id: Uuid) -> (i64, i64) {
+    sqlx::query_as("select count(*), count(distinct row_no) from dataset_rows where job_id = $1")
+        .bind(job_id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
