@@ -40,7 +40,7 @@ pub struct DatabaseArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct ServeArgs {
     /// Do not run workers in this process.
-    #[arg(long, env = "CONVEYOR_NO_WORKERS")]
+    #[arg(long, env = "CONVEYOR_NO_WORKERS", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_workers: bool,
     /// Largest accepted upload, in bytes.
     #[arg(long, env = "CONVEYOR_MAX_UPLOAD_BYTES", default_value_t = 1 << 30)]

@@ -1,0 +1,55 @@
+# Conveyor: `make run` serves the app on http://127.0.0.1:3000, `make test` is what CI runs.
+# A project-local PostgreSQL 15 (.ci/pg.sh, Unix socket only) is used unless DATABASE_URL is set.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.ONESHELL:
+
+PG_DIR ?= $(CURDIR)/.pg
+TEST_PG_DIR ?= $(CURDIR)/target/test-pg
+PG := $(CURDIR)/.ci/pg.sh
+# cargo-leptos, wasm-bindgen (cargo install) and wasm-opt (npm binaryen) live here.
+export PATH := $(HOME)/.cargo/bin:$(CURDIR)/end2end/node_modules/.bin:$(PATH)
+
+.PHONY: tools db run test fmt clean-db
+
+tools:
+	bash .ci/tools.sh
+
+db:
+	if [ -z "$${DATABASE_URL:-}" ]; then "$(PG)" start "$(PG_DIR)" conveyor; fi
+
+run: tools db
+	export DATABASE_URL="$${DATABASE_URL:-$$("$(PG)" url "$(PG_DIR)" conveyor)}"
+	cargo leptos serve
+
+# $(call e2e,PROFILE,FLAGS): the Playwright suite against a served build and a fresh database.
+# The server runs no workers: the tests start `server worker` themselves.
+define e2e
+"$(PG)" recreate "$(TEST_PG_DIR)" conveyor_e2e
+DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" conveyor_e2e)" \
+  CONVEYOR_NO_WORKERS=1 CONVEYOR_WORKER_BIN="$(CURDIR)/target/$(1)/server" \
+  CONVEYOR_CHUNK_ROWS=500 CONVEYOR_WORKER_CONCURRENCY=1 \
+  cargo leptos end-to-end $(2)
+endef
+
+test: tools
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy -p app --lib --target wasm32-unknown-unknown --no-default-features \
+	  --features hydrate -- -D warnings
+	# A throwaway cluster, stopped however the steps below end.
+	"$(PG)" stop "$(TEST_PG_DIR)"
+	rm -rf "$(TEST_PG_DIR)"
+	trap 'exit 130' INT TERM
+	trap '"$(PG)" stop "$(TEST_PG_DIR)"' EXIT
+	PG_FAST=1 "$(PG)" start "$(TEST_PG_DIR)"
+	CONVEYOR_TEST_DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" postgres)" cargo test --workspace
+	$(call e2e,debug,)
+	$(call e2e,release,--release)
+
+fmt:
+	cargo fmt --all
+
+clean-db:
+	"$(PG)" stop "$(PG_DIR)"
+	rm -rf "$(PG_DIR)"

@@ -1,0 +1,118 @@
+import { expect, test, type Response } from '@playwright/test';
+import {
+  JobListPage,
+  JobPage,
+  MESSAGES,
+  UploadPage,
+  Worker,
+  expectHydrated,
+  recordJobMessages,
+  seenJobMessages,
+  writeCsv,
+} from './pages';
+
+const ROWS = 30_000;
+
+let worker: Worker | undefined;
+
+test.afterEach(async () => {
+  await worker?.stop();
+  worker = undefined;
+});
+
+test('imports a CSV and shows the three messages in order', async ({ page }, testInfo) => {
+  test.setTimeout(180_000);
+  const file = testInfo.outputPath('people.csv');
+  const firstRow = await writeCsv(file, ROWS);
+  const dataset = `e2e_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`;
+
+  await recordJobMessages(page);
+  const upload = new UploadPage(page);
+  await upload.goto();
+  // The job page follows the job over SSE: wait until that stream is open, so that no update
+  // can happen before the page listens.
+  const eventStream = page.waitForResponse(isEventStream, { timeout: 30_000 });
+  const jobId = await upload.importFile(file, dataset);
+
+  const job = new JobPage(page);
+  await expectHydrated(page);
+  await eventStream;
+  await expect(job.message).toHaveText(MESSAGES.waiting);
+
+  worker = await Worker.start();
+  await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
+
+  // Exactly waiting -> running (any number of percentages, never decreasing) -> complete.
+  const seen = await seenJobMessages(page);
+  const kinds = seen.map(kindOf).filter((kind, i, all) => i === 0 || kind !== all[i - 1]);
+  expect(kinds, `messages seen: ${JSON.stringify(seen)}`).toEqual([
+    'waiting',
+    'running',
+    'complete',
+  ]);
+  const percents = seen.flatMap((text) => {
+    const m = MESSAGES.running.exec(text);
+    return m ? [Number(m[1])] : [];
+  });
+  for (const [i, p] of percents.entries()) {
+    expect(p, `percentages seen: ${percents}`).toBeLessThanOrEqual(100);
+    if (i > 0) expect(p, `percentages seen: ${percents}`).toBeGreaterThanOrEqual(percents[i - 1]);
+  }
+
+  await expect(job.rows).toHaveText(
+    new RegExp(`^${numberPattern(ROWS)} of ${numberPattern(ROWS)} rows$`),
+  );
+  await expect.poll(() => job.progressPosition()).toBe(1);
+
+  const jobRes = await page.request.get(`/api/jobs/${jobId}`);
+  expect(jobRes.ok(), await jobRes.text()).toBe(true);
+  expect(await jobRes.json()).toMatchObject({
+    status: 'completed',
+    itemCount: ROWS,
+    itemProgress: ROWS,
+  });
+
+  const rowsRes = await page.request.get(
+    `/api/datasets/${encodeURIComponent(dataset)}/rows?limit=5`,
+  );
+  expect(rowsRes.ok(), await rowsRes.text()).toBe(true);
+  const { rows } = await rowsRes.json();
+  expect(rows).toHaveLength(5);
+  expect(rows[0]).toEqual(firstRow);
+
+  const list = new JobListPage(page);
+  await list.goto();
+  const row = list.rowFor(jobId);
+  await expect(row).toHaveCount(1);
+  await expect(row.getByTestId('job-status')).toHaveText('completed');
+  await expect(row).toContainText('people.csv');
+  // Newest first: no job was created after this one.
+  await expect(list.rows.first().locator(`a[href$="/jobs/${jobId}"]`)).toHaveCount(1);
+});
+
+test('drag and drop selects the file', async ({ page }) => {
+  const upload = new UploadPage(page);
+  await upload.goto();
+  await expect(upload.importButton).toBeDisabled();
+
+  await upload.dropFile('dropped.csv', 'id,name,email,amount\n1,Ada,ada@example.com,1.00\n');
+
+  await expect(upload.importButton).toBeEnabled();
+  await expect(upload.dropZone).toContainText('dropped.csv');
+});
+
+function isEventStream(response: Response): boolean {
+  return (response.headers()['content-type'] ?? '').startsWith('text/event-stream');
+}
+
+function kindOf(message: string): string {
+  if (message === MESSAGES.waiting) return 'waiting';
+  if (MESSAGES.running.test(message)) return 'running';
+  if (message === MESSAGES.complete) return 'complete';
+  return `unexpected: ${message}`;
+}
+
+/** `30000` -> a pattern accepting 30000, 30,000, 30.000 or 30 000 (any space kind). */
+function numberPattern(n: number): string {
+  return String(n).replace(/\B(?=(\d{3})+(?!\d))/g, '[,.\\s\\u00a0\\u202f]?');
+}

@@ -1,0 +1,186 @@
+// Page objects and helpers shared by the specs. Selectors follow the app's test ids.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { writeFile } from 'node:fs/promises';
+import { expect, type Locator, type Page } from '@playwright/test';
+
+/** Matches a job page path and captures the job id. */
+export const JOB_PATH = /\/jobs\/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/;
+
+export const MESSAGES = {
+  waiting: 'Waiting for job to start...',
+  running: /^Job running, (\d{1,3})% complete\.\.\.$/,
+  complete: 'Job complete',
+} as const;
+
+/** Waits until the wasm bundle has hydrated the page (the app then sets body[data-hydrated]). */
+export async function expectHydrated(page: Page): Promise<void> {
+  await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+}
+
+/** `/`: choose or drop a file, name the dataset, import. */
+export class UploadPage {
+  readonly fileInput: Locator;
+  readonly datasetInput: Locator;
+  readonly dropZone: Locator;
+  readonly importButton: Locator;
+
+  constructor(readonly page: Page) {
+    this.fileInput = page.getByTestId('file-input');
+    this.datasetInput = page.getByTestId('dataset-input');
+    this.dropZone = page.getByTestId('drop-zone');
+    this.importButton = page.getByTestId('import-button');
+  }
+
+  async goto(): Promise<void> {
+    await this.page.goto('/');
+    await expectHydrated(this.page);
+  }
+
+  /** Drops a file onto the drop zone the way a browser does: dragenter, dragover, drop. */
+  async dropFile(name: string, content: string, type = 'text/csv'): Promise<void> {
+    const dataTransfer = await this.page.evaluateHandle(
+      ({ name, content, type }) => {
+        const dt = new DataTransfer();
+        dt.items.add(new File([content], name, { type }));
+        return dt;
+      },
+      { name, content, type },
+    );
+    for (const event of ['dragenter', 'dragover', 'drop']) {
+      await this.dropZone.dispatchEvent(event, { dataTransfer });
+    }
+    await dataTransfer.dispose();
+  }
+
+  /** Sets the file and dataset name, clicks Import and returns the new job's id. */
+  async importFile(file: string, dataset: string): Promise<string> {
+    await this.fileInput.setInputFiles(file);
+    await this.datasetInput.fill(dataset);
+    await expect(this.importButton).toBeEnabled();
+    await this.importButton.click();
+    await this.page.waitForURL(JOB_PATH);
+    return new URL(this.page.url()).pathname.match(JOB_PATH)![1];
+  }
+}
+
+/** `/jobs/{id}`: live job status. */
+export class JobPage {
+  readonly message: Locator;
+  readonly progress: Locator;
+  readonly rows: Locator;
+
+  constructor(readonly page: Page) {
+    this.message = page.getByTestId('job-message');
+    this.progress = page.locator('progress[data-testid="job-progress"]');
+    this.rows = page.getByTestId('job-rows');
+  }
+
+  /** The progress bar's filled fraction (0..1, -1 when indeterminate). */
+  async progressPosition(): Promise<number> {
+    return this.progress.evaluate((el) => (el as HTMLProgressElement).position);
+  }
+}
+
+/** `/jobs`: every job, newest first. */
+export class JobListPage {
+  readonly rows: Locator;
+
+  constructor(readonly page: Page) {
+    this.rows = page.locator('tr[data-testid="job-row"]');
+  }
+
+  async goto(): Promise<void> {
+    await this.page.goto('/jobs');
+    await expectHydrated(this.page);
+  }
+
+  rowFor(jobId: string): Locator {
+    return this.rows.filter({ has: this.page.locator(`a[href$="/jobs/${jobId}"]`) });
+  }
+}
+
+/**
+ * Records every change of `[data-testid=job-message]`'s text into `window.__seen` (consecutive
+ * repeats dropped, empty text ignored). Call before navigating: it is an init script, so it runs
+ * in every document from its very start, and it observes the whole document, so it also catches
+ * a job page that the router renders client-side.
+ */
+export async function recordJobMessages(page: Page): Promise<void> {
+  await page.addInitScript(() => {
+    const w = window as unknown as { __seen: string[] };
+    w.__seen = [];
+    const record = () => {
+      const el = document.querySelector('[data-testid="job-message"]');
+      const text = el?.textContent?.replace(/\s+/g, ' ').trim();
+      if (text && w.__seen[w.__seen.length - 1] !== text) w.__seen.push(text);
+    };
+    new MutationObserver(record).observe(document, {
+      subtree: true,
+      childList: true,
+      characterData: true,
+    });
+    record();
+  });
+}
+
+export async function seenJobMessages(page: Page): Promise<string[]> {
+  return page.evaluate(() => (window as unknown as { __seen: string[] }).__seen);
+}
+
+export type CsvRow = { id: string; name: string; email: string; amount: string };
+
+/** Writes `id,name,email,amount` plus `count` rows to `path`; returns the first data row. */
+export async function writeCsv(path: string, count: number): Promise<CsvRow> {
+  const row = (i: number): CsvRow => ({
+    id: String(i),
+    name: `Person ${i}`,
+    email: `person${i}@example.com`,
+    amount: (i * 1.25).toFixed(2),
+  });
+  const lines = ['id,name,email,amount'];
+  for (let i = 1; i <= count; i++) {
+    const r = row(i);
+    lines.push(`${r.id},${r.name},${r.email},${r.amount}`);
+  }
+  await writeFile(path, lines.join('\n') + '\n');
+  return row(1);
+}
+
+/**
+ * Starts `$CONVEYOR_WORKER_BIN worker` (the app is served with CONVEYOR_NO_WORKERS=1, so no job
+ * runs before this). It inherits DATABASE_URL, CONVEYOR_CHUNK_ROWS and the rest of the env.
+ */
+export class Worker {
+  private constructor(private readonly child: ChildProcess) {}
+
+  static async start(): Promise<Worker> {
+    const bin = process.env.CONVEYOR_WORKER_BIN;
+    if (!bin) throw new Error('CONVEYOR_WORKER_BIN is not set (see the Makefile `test` target)');
+    const child = spawn(bin, ['worker'], { env: process.env, stdio: 'inherit' });
+    await new Promise<void>((resolve, reject) => {
+      child.once('spawn', resolve);
+      child.once('error', (err) => reject(new Error(`cannot start ${bin} worker: ${err.message}`)));
+    });
+    child.once('exit', (code, signal) => {
+      if (code !== null && code !== 0) console.error(`worker exited with code ${code}`);
+      else if (signal && signal !== 'SIGTERM' && signal !== 'SIGKILL')
+        console.error(`worker killed by ${signal}`);
+    });
+    return new Worker(child);
+  }
+
+  /** SIGTERM, then SIGKILL if it has not exited within `graceMs`. */
+  async stop(graceMs = 10_000): Promise<void> {
+    const child = this.child;
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = once(child, 'exit');
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+    try {
+      await exited;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
