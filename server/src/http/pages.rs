@@ -51,10 +51,8 @@ pub fn add(router: Router<AppState>, state: &AppState) -> Router<AppState> {
 pub fn leptos_options() -> LeptosOptions {
     let from_cargo_leptos = std::env::var_os("LEPTOS_OUTPUT_NAME").is_some()
         || option_env!("LEPTOS_OUTPUT_NAME").is_some();
-    if from_cargo_leptos {
-        if let Ok(conf) = get_configuration(None) {
-            return conf.leptos_options;
-        }
+    if from_cargo_leptos && let Ok(conf) = get_configuration(None) {
+        return conf.leptos_options;
     }
     let site_addr: std::net::SocketAddr = std::env::var("LEPTOS_SITE_ADDR")
         .ok()
