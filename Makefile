@@ -6,11 +6,12 @@ SHELL := bash
 
 PG_DIR ?= $(CURDIR)/.pg
 TEST_PG_DIR ?= $(CURDIR)/target/test-pg
+BENCH_PG_DIR ?= $(CURDIR)/target/bench-pg
 PG := $(CURDIR)/.ci/pg.sh
 # cargo-leptos, wasm-bindgen (cargo install) and wasm-opt (npm binaryen) live here.
 export PATH := $(HOME)/.cargo/bin:$(CURDIR)/end2end/node_modules/.bin:$(PATH)
 
-.PHONY: tools db run test fmt clean-db
+.PHONY: tools db run test bench fmt clean-db
 
 tools:
 	bash .ci/tools.sh
@@ -46,6 +47,16 @@ test: tools
 	CONVEYOR_TEST_DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" postgres)" cargo test --workspace
 	$(call e2e,debug,)
 	$(call e2e,release,--release)
+
+# Import speed against raw COPY on this machine; ROWS=… to change the 1,000,000 default.
+bench: tools
+	cargo leptos build --release
+	trap '"$(PG)" stop "$(BENCH_PG_DIR)"' EXIT
+	"$(PG)" start "$(BENCH_PG_DIR)"
+	"$(PG)" recreate "$(BENCH_PG_DIR)" conveyor_bench
+	python3 server/benches/import.py --server "$(CURDIR)/target/release/server" \
+	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench" \
+	  $(if $(ROWS),--rows $(ROWS))
 
 fmt:
 	cargo fmt --all
