@@ -36,8 +36,9 @@ create table jobs (
     owner text not null,
     upload_id uuid references uploads (id),
     dataset_id uuid references datasets (id),
-    -- The header the plan step read; chunks map fields to these names.
+    -- The header and field delimiter the plan step read; chunks parse with them.
     columns jsonb,
+    delimiter text check (length(delimiter) = 1),
     item_count bigint,
     item_progress bigint not null default 0,
     rows_ok bigint not null default 0,
@@ -69,13 +70,14 @@ create table job_chunks (
     primary key (job_id, chunk_no)
 );
 
--- One line of the error report: a row that could not be imported.
+-- One line of the error report: a row that could not be imported, with its original fields.
 create table job_errors (
     job_id uuid not null references jobs (id) on delete cascade,
     row_no bigint not null,
     column_name text,
     value text,
-    message text not null
+    message text not null,
+    fields jsonb not null default '[]'
 );
 
 create index job_errors_by_job on job_errors (job_id, row_no);

@@ -77,9 +77,39 @@ pub struct JobView {
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Seconds from start to finish, or to the moment this state was read while running.
+    pub elapsed_seconds: Option<f64>,
 }
 
 impl JobView {
+    /// Rows processed per second so far; `None` before any row is done.
+    pub fn rows_per_second(&self) -> Option<f64> {
+        let elapsed = self.elapsed_seconds.filter(|s| *s > 0.0)?;
+        (self.item_progress > 0).then(|| self.item_progress as f64 / elapsed)
+    }
+
+    /// Seconds left at the speed so far, while running.
+    pub fn eta_seconds(&self) -> Option<f64> {
+        let rate = self.rows_per_second()?;
+        let left = self.item_count? - self.item_progress;
+        (self.status == JobStatus::Running && left >= 0).then(|| left as f64 / rate)
+    }
+
+    /// "12,345 rows/s, about 8 s left" while running; "Took 8.1 s (12,345 rows/s)" when done.
+    pub fn speed_line(&self) -> Option<String> {
+        let rate = thousands(self.rows_per_second()?.round() as i64);
+        match self.status {
+            JobStatus::Running => Some(match self.eta_seconds() {
+                Some(eta) => format!("{rate} rows/s, about {} left", duration(eta)),
+                None => format!("{rate} rows/s"),
+            }),
+            JobStatus::Completed => Some(format!(
+                "Took {} ({rate} rows/s)",
+                duration(self.elapsed_seconds?)
+            )),
+            _ => None,
+        }
+    }
     /// Whole percent done, 0–100.
     pub fn percent(&self) -> i64 {
         match self.item_count {
@@ -112,6 +142,17 @@ impl JobView {
                 thousands(count)
             )
         })
+    }
+}
+
+/// "0.4 s", "42 s", "3 min 20 s", "2 h 5 min".
+pub fn duration(seconds: f64) -> String {
+    let whole = seconds.round() as i64;
+    match whole {
+        _ if seconds < 10.0 => format!("{seconds:.1} s"),
+        0..60 => format!("{whole} s"),
+        60..3600 => format!("{} min {} s", whole / 60, whole % 60),
+        _ => format!("{} h {} min", whole / 3600, whole % 3600 / 60),
     }
 }
 
@@ -153,6 +194,7 @@ mod tests {
             created_at: DateTime::<Utc>::MIN_UTC,
             started_at: None,
             finished_at: None,
+            elapsed_seconds: None,
         }
     }
 
@@ -192,6 +234,24 @@ mod tests {
                 .unwrap(),
             "1,500 of 30,000 rows"
         );
+    }
+
+    #[test]
+    fn speed_and_eta_come_from_progress_over_time() {
+        let mut running = job(JobStatus::Running, Some(10_000), 2_500);
+        assert_eq!(running.speed_line(), None);
+        running.elapsed_seconds = Some(2.0);
+        assert_eq!(running.rows_per_second(), Some(1250.0));
+        assert_eq!(running.eta_seconds(), Some(6.0));
+        assert_eq!(
+            running.speed_line().unwrap(),
+            "1,250 rows/s, about 6.0 s left"
+        );
+        let mut done = job(JobStatus::Completed, Some(10_000), 10_000);
+        done.elapsed_seconds = Some(125.0);
+        assert_eq!(done.speed_line().unwrap(), "Took 2 min 5 s (80 rows/s)");
+        assert_eq!(duration(0.42), "0.4 s");
+        assert_eq!(duration(7300.0), "2 h 1 min");
     }
 
     #[test]

@@ -244,3 +244,51 @@ async fn files_that_are_not_csv_fail_the_job_with_a_reason() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn tab_and_semicolon_separated_files_are_recognised() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(2))).await;
+    let files: [(&str, &[u8]); 2] = [
+        ("list.tsv", b"id\tnote\n1\ta, b\n2\tc; d\n3\te\n"),
+        ("euro.csv", b"id;note\r\n1;\"a; b\"\r\n2;1,5\r\n3;e\r\n"),
+    ];
+    for (i, (name, bytes)) in files.into_iter().enumerate() {
+        let dataset = format!("sep{i}");
+        let job = server.import(name, bytes.to_vec(), &dataset).await;
+        let mut events = server.events(job.id, None).await;
+        let done = events
+            .until(|job| job.status.is_finished())
+            .await
+            .pop()
+            .unwrap()
+            .job;
+        assert_eq!(
+            (done.status, done.rows_ok, done.rows_failed),
+            (JobStatus::Completed, 3, 0),
+            "{name}"
+        );
+        let page: Value = server
+            .client
+            .get(server.url(&format!("/api/datasets/{dataset}/rows")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let notes: Vec<&str> = page["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["note"].as_str().unwrap())
+            .collect();
+        let expected: [&str; 3] = if i == 0 {
+            ["a, b", "c; d", "e"]
+        } else {
+            ["a; b", "1,5", "e"]
+        };
+        assert_eq!(notes, expected, "{name}");
+    }
+    server.stop().await;
+}

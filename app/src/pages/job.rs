@@ -74,10 +74,16 @@ fn LiveJob(job: JobView) -> impl IntoView {
             <p class="rows" data-testid="job-rows">
                 {move || state.read().rows_line().unwrap_or_else(|| "Counting rows...".into())}
             </p>
+            <p class="speed muted" data-testid="job-speed">
+                {move || state.read().speed_line()}
+            </p>
             <Show when=move || { state.read().rows_failed > 0 }>
                 <p class="warning">
                     {move || crate::model::thousands(state.read().rows_failed)}
-                    " rows had errors and were not imported."
+                    " rows had errors and were not imported. "
+                    <a href=format!("/api/jobs/{id}/errors.csv") data-testid="error-report" download>
+                        "Download the error report (CSV)"
+                    </a>
                 </p>
             </Show>
             <Show when=move || status() == JobStatus::Completed>

@@ -6,6 +6,7 @@ pub mod error;
 mod events;
 mod jobs;
 mod pages;
+mod reports;
 pub mod session;
 mod uploads;
 
@@ -56,6 +57,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/jobs/events", get(events::all_jobs))
         .route("/api/jobs/{id}", get(jobs::show))
         .route("/api/jobs/{id}/events", get(events::one_job))
+        .route("/api/jobs/{id}/errors", get(reports::json))
+        .route("/api/jobs/{id}/errors.csv", get(reports::csv))
         .route("/api/datasets/{name}/rows", get(datasets::rows))
         .route("/api/{*rest}", any(error::no_such_endpoint));
     pages::add(api, &state)

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::{Engine, TaskError};
 use crate::{
     spreadsheet::csv,
-    store::{chunks, datasets, jobs, notify, uploads},
+    store::{chunks, datasets, errors, jobs, notify, uploads},
 };
 
 pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), TaskError> {
@@ -33,10 +33,13 @@ pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), Tas
         chunk.byte_end as u64,
     )
     .await?;
+    let delimiter = job.delimiter();
     let columns = job.columns.map(|columns| columns.0).unwrap_or_default();
     let first_row = chunk.first_row;
-    let parsed =
-        tokio::task::spawn_blocking(move || csv::parse_chunk(&bytes, &columns, first_row)).await?;
+    let parsed = tokio::task::spawn_blocking(move || {
+        csv::parse_chunk(&bytes, delimiter, &columns, first_row)
+    })
+    .await?;
     let found = parsed.rows.len() + parsed.errors.len();
     if found != chunk.row_count as usize {
         return Err(TaskError::ChunkMismatch {
@@ -58,7 +61,7 @@ pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), Tas
         &parsed.rows,
     )
     .await?;
-    chunks::insert_errors(&mut tx, job_id, &parsed.errors).await?;
+    errors::insert(&mut tx, job_id, &parsed.errors).await?;
     chunks::mark_done(&mut tx, job_id, chunk_no).await?;
     let Some(version) = jobs::add_chunk(
         &mut tx,

@@ -74,12 +74,10 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
     }
     chunks::insert_all(&mut tx, job_id, &plan.chunks).await?;
     datasets::adopt_columns(&mut tx, job.dataset_id, &plan.columns).await?;
-    let chunks_total = plan.chunks.len() as i32;
-    let Some(version) =
-        jobs::seal(&mut tx, job_id, &plan.columns, plan.row_count, chunks_total).await?
-    else {
+    let Some(version) = jobs::seal(&mut tx, job_id, &plan).await? else {
         return Ok(());
     };
+    let chunks_total = plan.chunks.len() as i32;
     let tasks: Vec<TaskMsg> = (0..chunks_total)
         .map(|chunk_no| TaskMsg::Chunk { job_id, chunk_no })
         .collect();

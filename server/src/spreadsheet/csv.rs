@@ -7,8 +7,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use csv::{ByteRecord, ReaderBuilder};
 use serde_json::{Map, Value};
 
-use super::{ChunkSpan, FileError, Plan, sniff};
-use crate::store::chunks::RowError;
+use super::{ChunkSpan, FileError, Plan, RowError, delimiter, sniff};
 
 /// Why a scan stopped.
 #[derive(Debug, thiserror::Error)]
@@ -23,11 +22,10 @@ pub enum ScanError {
 /// Reads the header, counts the rows and cuts them into chunks of `chunk_rows`.
 pub fn scan(input: impl Read, chunk_rows: usize) -> Result<Plan, ScanError> {
     let mut input = BufReader::with_capacity(64 * 1024, input);
-    sniff(input.fill_buf()?)?;
-    let mut reader = ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .from_reader(input);
+    let head = input.fill_buf()?;
+    sniff(head)?;
+    let delimiter = delimiter(head);
+    let mut reader = reader(input, delimiter);
     let mut record = ByteRecord::new();
     if !read(&mut reader, &mut record)? {
         return Err(FileError::Empty.into());
@@ -58,10 +56,21 @@ pub fn scan(input: impl Read, chunk_rows: usize) -> Result<Plan, ScanError> {
         return Err(FileError::NoRows.into());
     }
     Ok(Plan {
+        delimiter,
         columns,
         row_count,
         chunks,
     })
+}
+
+/// The one way we configure the parser: no header handling (we read the header ourselves) and
+/// rows of any length (a short or long row is a row error, not the end of the file).
+fn reader<R: Read>(input: R, delimiter: u8) -> csv::Reader<R> {
+    ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(delimiter)
+        .from_reader(input)
 }
 
 fn read<R: Read>(reader: &mut csv::Reader<R>, record: &mut ByteRecord) -> Result<bool, ScanError> {
@@ -109,11 +118,8 @@ pub struct ChunkRows {
 }
 
 /// Parses the bytes of a chunk whose first data row is `first_row`.
-pub fn parse_chunk(bytes: &[u8], columns: &[String], first_row: i64) -> ChunkRows {
-    let mut reader = ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .from_reader(bytes);
+pub fn parse_chunk(bytes: &[u8], delimiter: u8, columns: &[String], first_row: i64) -> ChunkRows {
+    let mut reader = reader(bytes, delimiter);
     let mut out = ChunkRows::default();
     let mut record = ByteRecord::new();
     let mut row_no = first_row;
@@ -136,6 +142,7 @@ pub fn parse_chunk(bytes: &[u8], columns: &[String], first_row: i64) -> ChunkRow
                         column,
                         value,
                         message,
+                        fields: fields_of(&record),
                     });
                 }
             },
@@ -144,11 +151,20 @@ pub fn parse_chunk(bytes: &[u8], columns: &[String], first_row: i64) -> ChunkRow
                 column: None,
                 value: None,
                 message: format!("not valid CSV: {err}"),
+                fields: Vec::new(),
             }),
         }
         row_no += 1;
     }
     out
+}
+
+/// A record's fields as text, for the error report (invalid UTF-8 shown as U+FFFD).
+fn fields_of(record: &ByteRecord) -> Vec<String> {
+    record
+        .iter()
+        .map(|field| String::from_utf8_lossy(field).into_owned())
+        .collect()
 }
 
 type FieldError = (Option<String>, String);
@@ -187,7 +203,7 @@ mod tests {
         let mut ids = Vec::new();
         for span in &plan.chunks {
             let bytes = &text.as_bytes()[span.byte_start as usize..span.byte_end as usize];
-            let parsed = parse_chunk(bytes, &plan.columns, span.first_row);
+            let parsed = parse_chunk(bytes, plan.delimiter, &plan.columns, span.first_row);
             assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
             assert_eq!(parsed.rows.len(), span.row_count as usize);
             ids.extend(
@@ -200,6 +216,7 @@ mod tests {
         assert_eq!(ids, ["1", "2", "3", "4", "5"]);
         let second = parse_chunk(
             &text.as_bytes()[plan.chunks[0].byte_start as usize..plan.chunks[0].byte_end as usize],
+            b',',
             &plan.columns,
             1,
         );
@@ -214,6 +231,7 @@ mod tests {
         let span = plan.chunks[0];
         let parsed = parse_chunk(
             &text.as_bytes()[span.byte_start as usize..span.byte_end as usize],
+            b',',
             &plan.columns,
             span.first_row,
         );
@@ -229,6 +247,7 @@ mod tests {
                 (4, "expected 2 fields, found 3")
             ]
         );
+        assert_eq!(parsed.errors[1].fields, ["4", "5", "6"]);
     }
 
     #[test]
@@ -243,6 +262,22 @@ mod tests {
             matches!(err(b"a,a\n1,2\n"), FileError::BadHeader(m) if m.contains("\"a\" appears twice"))
         );
         assert!(matches!(err(b"PK\x03\x04\x14\0"), FileError::NotCsv(_)));
+    }
+
+    #[test]
+    fn tab_separated_files_are_read_as_such() {
+        let text = "id\tnote\n1\ta, b\n2\t\"quoted\ttab\"\n";
+        let plan = plan(text, 10);
+        assert_eq!(plan.delimiter, b'\t');
+        let span = plan.chunks[0];
+        let parsed = parse_chunk(
+            &text.as_bytes()[span.byte_start as usize..span.byte_end as usize],
+            plan.delimiter,
+            &plan.columns,
+            span.first_row,
+        );
+        assert_eq!(parsed.rows[0]["note"], "a, b");
+        assert_eq!(parsed.rows[1]["note"], "quoted\ttab");
     }
 
     #[test]

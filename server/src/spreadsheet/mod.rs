@@ -3,9 +3,10 @@
 //! touches the database: it works on `Read`ers and byte slices, so it is tested on its own.
 
 pub mod csv;
+pub mod report;
 mod sniff;
 
-pub use sniff::sniff;
+pub use sniff::{delimiter, sniff};
 
 /// A run of data rows and where they lie in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,9 +21,23 @@ pub struct ChunkSpan {
 /// What planning learns about a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// The field delimiter the whole file uses (`,`, tab, `;` or `|`).
+    pub delimiter: u8,
     pub columns: Vec<String>,
     pub row_count: i64,
     pub chunks: Vec<ChunkSpan>,
+}
+
+/// A row that could not be imported: one line of the error report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowError {
+    /// The row as the person sees it in the sheet (the header is row 1).
+    pub row_no: i64,
+    pub column: Option<String>,
+    pub value: Option<String>,
+    pub message: String,
+    /// The row's original fields, so the report can show the row as it was.
+    pub fields: Vec<String>,
 }
 
 /// Why a file cannot be imported at all. These are the person's problem, not ours: the job

@@ -1,7 +1,55 @@
 //! Tells a CSV from other files by their first bytes, not by their name, so a person who
-//! uploads a workbook or an image gets told so instead of a page of garbage rows.
+//! uploads a workbook or an image gets told so instead of a page of garbage rows; and finds the
+//! delimiter, so TSV and the semicolon CSVs of European spreadsheets import as they are.
 
 use super::FileError;
+
+/// Delimiters we recognise, most common first (the first wins a tie).
+const DELIMITERS: [u8; 4] = [b',', b'\t', b';', b'|'];
+
+/// Lines of the sample the delimiter must split consistently.
+const SAMPLE_RECORDS: usize = 20;
+
+/// The delimiter that splits the sample's records into the same number of fields, the most
+/// fields winning; a comma when none does. Quotes are honoured: it asks the CSV parser.
+pub fn delimiter(head: &[u8]) -> u8 {
+    // The sample may end mid-record: judge only the complete lines before its last line break.
+    let complete = match head.iter().rposition(|&b| b == b'\n') {
+        Some(end) => &head[..=end],
+        None => head,
+    };
+    DELIMITERS
+        .into_iter()
+        .map(|delimiter| (consistent_fields(complete, delimiter), delimiter))
+        .fold((0, b','), |best, candidate| {
+            if candidate.0 > best.0 {
+                candidate
+            } else {
+                best
+            }
+        })
+        .1
+}
+
+/// How many fields every sampled record has with this delimiter; 0 when they disagree or when
+/// the delimiter does not split the header at all.
+fn consistent_fields(sample: &[u8], delimiter: u8) -> usize {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .delimiter(delimiter)
+        .from_reader(sample);
+    let mut fields = None;
+    for record in reader.byte_records().take(SAMPLE_RECORDS) {
+        let Ok(record) = record else { return 0 };
+        match fields {
+            None => fields = Some(record.len()),
+            Some(n) if n != record.len() => return 0,
+            Some(_) => {}
+        }
+    }
+    fields.filter(|&n| n > 1).unwrap_or(0)
+}
 
 /// Checks the start of a file; `Ok` when it can be CSV text.
 pub fn sniff(head: &[u8]) -> Result<(), FileError> {
@@ -45,6 +93,20 @@ mod tests {
         assert_eq!(sniff("name\nZoë\n".as_bytes()), Ok(()));
         // "é" cut in half by the sample's end
         assert_eq!(sniff(&"café".as_bytes()[..4]), Ok(()));
+    }
+
+    #[test]
+    fn delimiters_are_found_by_consistency() {
+        assert_eq!(delimiter(b"a,b,c\n1,2,3\n"), b',');
+        assert_eq!(delimiter(b"a\tb\tc\n1\t2,5\t3\n"), b'\t');
+        assert_eq!(delimiter(b"name;amount\nAna;1,5\nRui;2,75\n"), b';');
+        assert_eq!(delimiter(b"a|b\n1|2\n"), b'|');
+        // Commas inside quotes do not count.
+        assert_eq!(delimiter(b"a;b\n\"x, y\";2\n\"p, q, r\";3\n"), b';');
+        // A single column, or nothing consistent: comma.
+        assert_eq!(delimiter(b"name\nAna\n"), b',');
+        // The last, cut-off line of the sample is ignored.
+        assert_eq!(delimiter(b"a\tb\n1\t2\n3"), b'\t');
     }
 
     #[test]

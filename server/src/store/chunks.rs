@@ -81,39 +81,3 @@ pub async fn mark_done(conn: &mut PgConnection, job_id: Uuid, chunk_no: i32) -> 
     .await?;
     Ok(())
 }
-
-/// One line of the error report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RowError {
-    /// The row as the person sees it in the sheet (the header is row 1).
-    pub row_no: i64,
-    pub column: Option<String>,
-    pub value: Option<String>,
-    pub message: String,
-}
-
-pub async fn insert_errors(
-    conn: &mut PgConnection,
-    job_id: Uuid,
-    errors: &[RowError],
-) -> sqlx::Result<()> {
-    if errors.is_empty() {
-        return Ok(());
-    }
-    let row_nos: Vec<i64> = errors.iter().map(|e| e.row_no).collect();
-    let columns: Vec<Option<String>> = errors.iter().map(|e| e.column.clone()).collect();
-    let values: Vec<Option<String>> = errors.iter().map(|e| e.value.clone()).collect();
-    let messages: Vec<String> = errors.iter().map(|e| e.message.clone()).collect();
-    sqlx::query(
-        "insert into job_errors (job_id, row_no, column_name, value, message)
-         select $1, * from unnest($2::bigint[], $3::text[], $4::text[], $5::text[])",
-    )
-    .bind(job_id)
-    .bind(row_nos)
-    .bind(columns)
-    .bind(values)
-    .bind(messages)
-    .execute(conn)
-    .await?;
-    Ok(())
-}

@@ -5,13 +5,17 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use crate::spreadsheet::Plan;
+
 /// `select … from jobs` with what a [`JobView`] shows, followed by the given SQL.
 macro_rules! select_view {
     ($rest:literal) => {
         concat!(
             "select j.id, j.kind, j.status, j.item_count, j.item_progress, j.rows_ok, j.rows_failed,
            j.chunks_total, j.chunks_done, j.version, j.error, j.created_at, j.started_at,
-           j.finished_at, u.filename, d.name as dataset
+           j.finished_at, u.filename, d.name as dataset,
+           extract(epoch from coalesce(j.finished_at, now()) - j.started_at)::float8
+               as elapsed_seconds
     from jobs j
     left join uploads u on u.id = j.upload_id
     left join datasets d on d.id = j.dataset_id ",
@@ -38,6 +42,7 @@ struct ViewRow {
     finished_at: Option<DateTime<Utc>>,
     filename: Option<String>,
     dataset: Option<String>,
+    elapsed_seconds: Option<f64>,
 }
 
 impl From<ViewRow> for JobView {
@@ -64,6 +69,7 @@ impl From<ViewRow> for JobView {
             created_at: row.created_at,
             started_at: row.started_at,
             finished_at: row.finished_at,
+            elapsed_seconds: row.elapsed_seconds,
         }
     }
 }
@@ -127,17 +133,26 @@ pub struct ImportJob {
     pub upload_id: Uuid,
     pub dataset_id: Uuid,
     pub columns: Option<sqlx::types::Json<Vec<String>>>,
+    pub delimiter: Option<String>,
 }
 
 impl ImportJob {
     pub fn is_running(&self) -> bool {
         self.status == JobStatus::Running.as_str()
     }
+
+    /// The planned delimiter; a comma before planning.
+    pub fn delimiter(&self) -> u8 {
+        self.delimiter
+            .as_deref()
+            .and_then(|d| d.bytes().next())
+            .unwrap_or(b',')
+    }
 }
 
 pub async fn import_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<ImportJob>> {
     sqlx::query_as(
-        "select status, sealed, upload_id, dataset_id, columns from jobs
+        "select status, sealed, upload_id, dataset_id, columns, delimiter from jobs
          where id = $1 and kind = 'import'",
     )
     .bind(id)
@@ -148,7 +163,7 @@ pub async fn import_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Optio
 /// Locks the job row for the rest of the transaction and returns it.
 pub async fn lock_import_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<ImportJob>> {
     sqlx::query_as(
-        "select status, sealed, upload_id, dataset_id, columns from jobs
+        "select status, sealed, upload_id, dataset_id, columns, delimiter from jobs
          where id = $1 and kind = 'import' for update",
     )
     .bind(id)
@@ -181,17 +196,12 @@ pub async fn fail(conn: &mut PgConnection, id: Uuid, reason: &str) -> sqlx::Resu
     .await
 }
 
-/// Records the plan of a running job: its header, row and chunk counts. A job with no chunks
-/// completes at once. Returns the new version.
-pub async fn seal(
-    conn: &mut PgConnection,
-    id: Uuid,
-    columns: &[String],
-    item_count: i64,
-    chunks_total: i32,
-) -> sqlx::Result<Option<i64>> {
+/// Records the plan of a running job: its header, delimiter, row and chunk counts. A job with
+/// no chunks completes at once. Returns the new version.
+pub async fn seal(conn: &mut PgConnection, id: Uuid, plan: &Plan) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar(
         "update jobs set sealed = true, columns = $2, item_count = $3, chunks_total = $4,
+             delimiter = $5,
              status = case when $4 = 0 then 'completed' else status end,
              finished_at = case when $4 = 0 then now() end,
              version = version + 1
@@ -199,9 +209,10 @@ pub async fn seal(
          returning version",
     )
     .bind(id)
-    .bind(sqlx::types::Json(columns))
-    .bind(item_count)
-    .bind(chunks_total)
+    .bind(sqlx::types::Json(&plan.columns))
+    .bind(plan.row_count)
+    .bind(plan.chunks.len() as i32)
+    .bind(char::from(plan.delimiter).to_string())
     .fetch_optional(conn)
     .await
 }

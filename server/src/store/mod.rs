@@ -5,6 +5,7 @@
 
 pub mod chunks;
 pub mod datasets;
+pub mod errors;
 pub mod jobs;
 pub mod notify;
 pub mod uploads;

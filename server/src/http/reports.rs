@@ -1,0 +1,112 @@
+//! The error report of a job: `GET /api/jobs/{id}/errors` (paged JSON) and
+//! `GET /api/jobs/{id}/errors.csv` (every bad row as it was, plus `_error`; streamed).
+
+use axum::{
+    Json,
+    body::Body,
+    extract::{Path, Query, State, rejection::PathRejection},
+    http::header::{CONTENT_DISPOSITION, CONTENT_TYPE},
+    response::{IntoResponse, Response},
+};
+use futures::{StreamExt, TryStreamExt, stream};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{
+    AppState,
+    error::ApiError,
+    jobs::{job_id, no_such_job},
+};
+use crate::{
+    spreadsheet::report,
+    store::{errors, jobs},
+};
+
+/// Errors read per query while streaming the CSV.
+const CSV_PAGE: i64 = 1000;
+
+#[derive(Debug, Deserialize)]
+pub struct ErrorsQuery {
+    limit: Option<i64>,
+    /// The `next` of the previous page.
+    after: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorsPage {
+    errors: Vec<errors::ReportLine>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next: Option<i64>,
+}
+
+pub async fn json(
+    State(state): State<AppState>,
+    id: Result<Path<Uuid>, PathRejection>,
+    Query(query): Query<ErrorsQuery>,
+) -> Result<Json<ErrorsPage>, ApiError> {
+    let id = existing_job(&state, id).await?.0;
+    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let lines = errors::page(&state.pool, id, query.after.unwrap_or(0), limit).await?;
+    let next = (lines.len() as i64 == limit)
+        .then(|| lines.last().map(|l| l.row_no))
+        .flatten();
+    Ok(Json(ErrorsPage {
+        errors: lines,
+        next,
+    }))
+}
+
+pub async fn csv(
+    State(state): State<AppState>,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let (id, filename) = existing_job(&state, id).await?;
+    let columns = errors::columns(&state.pool, id).await?;
+    let width = columns.len();
+    let pool = state.pool.clone();
+    let pages = stream::try_unfold(Some(0i64), move |after| {
+        let pool = pool.clone();
+        async move {
+            let Some(after) = after else { return Ok(None) };
+            let lines = errors::page(&pool, id, after, CSV_PAGE).await?;
+            let next = (lines.len() as i64 == CSV_PAGE)
+                .then(|| lines.last().map(|l| l.row_no))
+                .flatten();
+            let bytes: Vec<u8> = lines
+                .iter()
+                .flat_map(|line| report::row(width, &line.fields, &line.message))
+                .collect();
+            Ok::<_, sqlx::Error>((!lines.is_empty()).then_some((bytes, next)))
+        }
+    });
+    let body = stream::once(async move { Ok(report::header(&columns)) })
+        .chain(pages)
+        .map_err(std::io::Error::other);
+    let stem = filename
+        .rsplit_once('.')
+        .map_or(filename.as_str(), |(stem, _)| stem);
+    let disposition = format!(
+        "attachment; filename=\"{}-errors.csv\"",
+        stem.replace(['"', '\\'], "_")
+    );
+    Ok((
+        [
+            (CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+            (CONTENT_DISPOSITION, disposition),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response())
+}
+
+/// The job's id and file name, or a 404.
+async fn existing_job(
+    state: &AppState,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<(Uuid, String), ApiError> {
+    let id = job_id(id)?;
+    let job = jobs::find(&state.pool, id)
+        .await?
+        .ok_or_else(|| no_such_job(id))?;
+    Ok((id, job.filename.unwrap_or_else(|| "import".to_owned())))
+}
