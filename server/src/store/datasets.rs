@@ -32,25 +32,48 @@ pub async fn adopt_columns(
     Ok(())
 }
 
-/// Writes one chunk's good rows.
+/// Writes one chunk's good rows (JSON object text) with `COPY`, the fastest way into
+/// PostgreSQL, inside the caller's transaction.
 pub async fn insert_rows(
     conn: &mut PgConnection,
     dataset_id: Uuid,
     job_id: Uuid,
     row_nos: &[i64],
-    rows: &[Value],
+    rows: &[String],
 ) -> sqlx::Result<()> {
-    sqlx::query(
-        "insert into dataset_rows (dataset_id, job_id, row_no, data)
-         select $1, $2, * from unnest($3::bigint[], $4::jsonb[])",
-    )
-    .bind(dataset_id)
-    .bind(job_id)
-    .bind(row_nos)
-    .bind(rows)
-    .execute(conn)
-    .await?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let prefix = format!("{dataset_id}\t{job_id}\t");
+    let mut data = Vec::with_capacity(rows.iter().map(|r| r.len() + prefix.len() + 24).sum());
+    for (row_no, row) in row_nos.iter().zip(rows) {
+        data.extend_from_slice(prefix.as_bytes());
+        data.extend_from_slice(row_no.to_string().as_bytes());
+        data.push(b'\t');
+        copy_text_escape(&mut data, row);
+        data.push(b'\n');
+    }
+    let mut copy = conn
+        .copy_in_raw("copy dataset_rows (dataset_id, job_id, row_no, data) from stdin")
+        .await?;
+    copy.send(data).await?;
+    copy.finish().await?;
     Ok(())
+}
+
+/// Escapes a value for COPY's text format. JSON text never holds raw control characters (they
+/// are escaped inside strings), so doubling the backslash is all it needs; the others are
+/// handled anyway so the function is right for any text.
+fn copy_text_escape(out: &mut Vec<u8>, text: &str) {
+    for byte in text.bytes() {
+        match byte {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            other => out.push(other),
+        }
+    }
 }
 
 /// Where a page of rows ends, to ask for the next one.
@@ -99,4 +122,16 @@ pub async fn rows(
         page.into_iter().map(|(_, _, data)| data).collect(),
         next,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_text_escape;
+
+    #[test]
+    fn copy_text_is_escaped() {
+        let mut out = Vec::new();
+        copy_text_escape(&mut out, "{\"a\":\"x\\\\y\\n\"}\tz\n");
+        assert_eq!(out, b"{\"a\":\"x\\\\\\\\y\\\\n\"}\\tz\\n");
+    }
 }
