@@ -41,9 +41,7 @@ async fn a_multi_chunk_csv_is_imported_with_exact_counts_and_rows() {
     assert_eq!(location, format!("/api/jobs/{}", created.id));
     assert_eq!(created.job_type, JobKind::Import);
 
-    let mut events = server.events(created.id, None).await;
-    events.until(|job| job.status.is_finished()).await;
-
+    server.finished(created.id).await;
     let job = server.job(created.id).await;
     assert_eq!(job.status, JobStatus::Completed, "{job:?}");
     assert_eq!(job.item_count, Some(2001));
@@ -69,19 +67,11 @@ async fn a_multi_chunk_csv_is_imported_with_exact_counts_and_rows() {
     let mut rows = Vec::new();
     let mut next: Option<String> = None;
     loop {
-        let mut url = server.url("/api/datasets/people/rows?limit=700");
+        let mut path = "/api/datasets/people/rows?limit=700".to_owned();
         if let Some(after) = &next {
-            url.push_str(&format!("&after={after}"));
+            path.push_str(&format!("&after={after}"));
         }
-        let page: Value = server
-            .client
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let page: Value = server.get_json(&path).await;
         rows.extend(page["rows"].as_array().unwrap().iter().cloned());
         match page["next"].as_str() {
             Some(after) => next = Some(after.to_owned()),
@@ -101,25 +91,9 @@ async fn a_multi_chunk_csv_is_imported_with_exact_counts_and_rows() {
     assert_eq!(ids, (1..=2000).collect::<Vec<_>>());
 
     // The list shows it, and the server-rendered page shows the finished state.
-    let list: Value = server
-        .client
-        .get(server.url("/api/jobs"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list: Value = server.get_json("/api/jobs").await;
     assert_eq!(list["jobs"][0]["id"], job.id.to_string());
-    let html = server
-        .client
-        .get(server.url(&format!("/jobs/{}", job.id)))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = server.get_text(&format!("/jobs/{}", job.id)).await;
     assert!(html.contains("Job complete"), "{html}");
     assert!(html.contains("2,001 of 2,001 rows"), "{html}");
 
@@ -221,25 +195,11 @@ async fn files_that_are_not_csv_fail_the_job_with_a_reason() {
     ];
     for (i, (name, bytes, reason)) in cases.into_iter().enumerate() {
         let job = server.import(name, bytes, &format!("bad{i}")).await;
-        let mut events = server.events(job.id, None).await;
-        let last = events
-            .until(|job| job.status.is_finished())
-            .await
-            .pop()
-            .unwrap()
-            .job;
+        let last = server.finished(job.id).await;
         assert_eq!(last.status, JobStatus::Failed, "{name}");
         let error = last.error.unwrap();
         assert!(error.contains(reason), "{name}: {error}");
-        let html = server
-            .client
-            .get(server.url(&format!("/jobs/{}", job.id)))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let html = server.get_text(&format!("/jobs/{}", job.id)).await;
         assert!(html.contains("Job failed"), "{name}");
     }
     server.stop().await;
@@ -256,27 +216,15 @@ async fn tab_and_semicolon_separated_files_are_recognised() {
     for (i, (name, bytes)) in files.into_iter().enumerate() {
         let dataset = format!("sep{i}");
         let job = server.import(name, bytes.to_vec(), &dataset).await;
-        let mut events = server.events(job.id, None).await;
-        let done = events
-            .until(|job| job.status.is_finished())
-            .await
-            .pop()
-            .unwrap()
-            .job;
+        let done = server.finished(job.id).await;
         assert_eq!(
             (done.status, done.rows_ok, done.rows_failed),
             (JobStatus::Completed, 3, 0),
             "{name}"
         );
         let page: Value = server
-            .client
-            .get(server.url(&format!("/api/datasets/{dataset}/rows")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            .get_json(&format!("/api/datasets/{dataset}/rows"))
+            .await;
         let notes: Vec<&str> = page["rows"]
             .as_array()
             .unwrap()

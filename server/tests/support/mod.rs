@@ -153,14 +153,36 @@ impl TestServer {
     }
 
     pub async fn job(&self, id: Uuid) -> JobView {
+        self.get_json(&format!("/api/jobs/{id}")).await
+    }
+
+    /// `GET path` as JSON.
+    pub async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
+        let response = self.client.get(self.url(path)).send().await.unwrap();
+        response.json().await.unwrap()
+    }
+
+    /// `GET path` as text.
+    pub async fn get_text(&self, path: &str) -> String {
         self.client
-            .get(self.url(&format!("/api/jobs/{id}")))
+            .get(self.url(path))
             .send()
             .await
             .unwrap()
-            .json()
+            .text()
             .await
             .unwrap()
+    }
+
+    /// Follows the job's events until it has finished; its last state.
+    pub async fn finished(&self, id: Uuid) -> JobView {
+        let mut events = self.events(id, None).await;
+        events
+            .until(|job| job.status.is_finished())
+            .await
+            .pop()
+            .unwrap()
+            .job
     }
 
     /// Opens the job's event stream.
