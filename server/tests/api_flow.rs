@@ -183,7 +183,13 @@ async fn unknown_ids_and_bad_requests_get_json_errors() {
 async fn files_that_are_not_csv_fail_the_job_with_a_reason() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, Some(worker_args(100))).await;
-    let cases: [(&str, Vec<u8>, &str); 4] = [
+    let wide = format!(
+        "{}\n{}\n",
+        vec!["c"; 20_000].join(","),
+        vec!["1"; 20_000].join(",")
+    )
+    .into_bytes();
+    let cases: [(&str, Vec<u8>, &str); 5] = [
         (
             "image.csv",
             b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec(),
@@ -192,6 +198,7 @@ async fn files_that_are_not_csv_fail_the_job_with_a_reason() {
         ("book.csv", b"PK\x03\x04\x14\0\x06\0".to_vec(), "workbook"),
         ("header.csv", b"a,b,c\n".to_vec(), "no data rows"),
         ("latin1.csv", b"name\nZo\xeb\n".to_vec(), "not UTF-8"),
+        ("wide.csv", wide, "20000 columns; at most 1000"),
     ];
     for (i, (name, bytes, reason)) in cases.into_iter().enumerate() {
         let job = server.import(name, bytes, &format!("bad{i}")).await;

@@ -6,7 +6,9 @@ use std::io::{self, BufRead, BufReader, Read};
 
 use csv::{ByteRecord, ReaderBuilder};
 
-use super::{ChunkSpan, FileError, Plan, RowError, delimiter, sniff};
+use std::collections::HashSet;
+
+use super::{ChunkSpan, FileError, MAX_CELL_BYTES, MAX_COLUMNS, Plan, RowError, delimiter, sniff};
 
 /// Why a scan stopped.
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +90,13 @@ fn read<R: Read>(reader: &mut csv::Reader<R>, record: &mut ByteRecord) -> Result
 /// Column names from the header row: trimmed, a UTF-8 byte order mark dropped, blanks named
 /// `column_N`; duplicates are refused because rows are stored as objects keyed by name.
 fn header(record: &ByteRecord) -> Result<Vec<String>, FileError> {
+    if record.len() > MAX_COLUMNS {
+        return Err(FileError::TooWide {
+            columns: record.len(),
+        });
+    }
     let mut columns: Vec<String> = Vec::with_capacity(record.len());
+    let mut seen = HashSet::with_capacity(record.len());
     for (i, field) in record.iter().enumerate() {
         let name = std::str::from_utf8(field)
             .map_err(|_| FileError::BadHeader(format!("column {} is not UTF-8 text", i + 1)))?;
@@ -98,7 +106,7 @@ fn header(record: &ByteRecord) -> Result<Vec<String>, FileError> {
         } else {
             name.to_owned()
         };
-        if columns.contains(&name) {
+        if !seen.insert(name.clone()) {
             return Err(FileError::BadHeader(format!(
                 "the column name \"{name}\" appears twice"
             )));
@@ -137,7 +145,7 @@ pub fn parse_chunk(bytes: &[u8], delimiter: u8, columns: &[String], first_row: i
                         .as_ref()
                         .and_then(|c| columns.iter().position(|name| name == c))
                         .and_then(|i| record.get(i))
-                        .map(|field| String::from_utf8_lossy(field).into_owned());
+                        .map(preview);
                     out.errors.push(RowError {
                         row_no: row_no + 1,
                         column,
@@ -160,12 +168,24 @@ pub fn parse_chunk(bytes: &[u8], delimiter: u8, columns: &[String], first_row: i
     out
 }
 
-/// A record's fields as text, for the error report (invalid UTF-8 shown as U+FFFD).
+/// A record's fields as text, for the error report (invalid UTF-8 shown as U+FFFD; a cell too
+/// large to import shown by its start only).
 fn fields_of(record: &ByteRecord) -> Vec<String> {
-    record
-        .iter()
-        .map(|field| String::from_utf8_lossy(field).into_owned())
-        .collect()
+    record.iter().map(preview).collect()
+}
+
+fn preview(field: &[u8]) -> String {
+    const SHOWN: usize = 100;
+    if field.len() > MAX_CELL_BYTES {
+        let start = String::from_utf8_lossy(&field[..SHOWN]);
+        format!(
+            "{}… ({} bytes)",
+            start.trim_end_matches('\u{fffd}'),
+            field.len()
+        )
+    } else {
+        String::from_utf8_lossy(field).into_owned()
+    }
 }
 
 type FieldError = (Option<String>, String);
@@ -187,6 +207,12 @@ fn to_object(
     );
     object.push('{');
     for (i, (field, key)) in record.iter().zip(keys).enumerate() {
+        if field.len() > MAX_CELL_BYTES {
+            return Err((
+                Some(columns[i].clone()),
+                format!("{}: the value is larger than 1 MiB", columns[i]),
+            ));
+        }
         let text = std::str::from_utf8(field).map_err(|_| {
             (
                 Some(columns[i].clone()),
@@ -338,6 +364,36 @@ mod tests {
         );
         assert_eq!(row(&parsed, 0)["note"], "a, b");
         assert_eq!(row(&parsed, 1)["note"], "quoted\ttab");
+    }
+
+    #[test]
+    fn too_wide_files_and_huge_cells_are_refused_clearly() {
+        let wide = format!(
+            "{}\n{}\n",
+            vec!["c"; 20_000].join(","),
+            vec!["1"; 20_000].join(",")
+        );
+        assert!(matches!(
+            scan(wide.as_bytes(), 10),
+            Err(ScanError::File(FileError::TooWide { columns: 20_000 }))
+        ));
+
+        let columns = ["id".to_owned(), "blob".to_owned()];
+        let text = format!("1,{}\n2,small\n", "x".repeat(10 << 20));
+        let parsed = parse_chunk(text.as_bytes(), b',', &columns, 1);
+        assert_eq!(parsed.row_nos, [2]);
+        let error = &parsed.errors[0];
+        assert_eq!((error.row_no, error.column.as_deref()), (2, Some("blob")));
+        assert_eq!(error.message, "blob: the value is larger than 1 MiB");
+        assert!(
+            error
+                .value
+                .as_ref()
+                .unwrap()
+                .ends_with("… (10485760 bytes)")
+        );
+        assert_eq!(error.fields[0], "1");
+        assert!(error.fields[1].len() < 200);
     }
 
     #[test]

@@ -8,6 +8,13 @@ mod sniff;
 
 pub use sniff::{delimiter, sniff};
 
+/// The most columns a file may have: wider files are almost always a mistake (or an attack)
+/// and would make every row a very large object.
+pub const MAX_COLUMNS: usize = 1000;
+
+/// The largest cell we import; a larger one makes its row an error.
+pub const MAX_CELL_BYTES: usize = 1 << 20;
+
 /// A run of data rows and where they lie in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkSpan {
@@ -52,4 +59,6 @@ pub enum FileError {
     NotCsv(String),
     #[error("The header row is not usable: {0}")]
     BadHeader(String),
+    #[error("The file has {columns} columns; at most {MAX_COLUMNS} are supported.")]
+    TooWide { columns: usize },
 }
