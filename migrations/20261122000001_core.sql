@@ -23,8 +23,11 @@ create table datasets (
     id uuid primary key,
     owner text not null,
     name text not null unique,
-    -- Column names in file order; every column is text until typed schemas arrive.
+    -- [{"name","type","required"}]: declared by POST /api/datasets, or taken (all text) from
+    -- the header of the first import; '[]' until then.
     columns jsonb not null default '[]',
+    -- The column whose value identifies a row: a re-import updates the row with that value.
+    key text,
     created_at timestamptz not null default now()
 );
 
@@ -36,13 +39,15 @@ create table jobs (
     owner text not null,
     upload_id uuid references uploads (id),
     dataset_id uuid references datasets (id),
-    -- The header and field delimiter the plan step read; chunks parse with them.
-    columns jsonb,
-    delimiter text check (length(delimiter) = 1),
+    -- How chunks read rows, decided by the plan step: {"delimiter", "columns" (the dataset
+    -- column of each header cell, in file order), "key" (index of the key column)}.
+    row_format jsonb,
     item_count bigint,
     item_progress bigint not null default 0,
     rows_ok bigint not null default 0,
     rows_failed bigint not null default 0,
+    -- Of rows_ok, those that replaced a row with the same key.
+    rows_updated bigint not null default 0,
     chunks_total integer not null default 0,
     chunks_done integer not null default 0,
     -- True once every chunk is recorded: only then can the last chunk complete the job.
@@ -88,6 +93,10 @@ create table dataset_rows (
     dataset_id uuid not null references datasets (id) on delete cascade,
     job_id uuid not null,
     row_no bigint not null,
+    -- The key column's value (as JSON text) in datasets that have a key.
+    key text,
     data jsonb not null,
     primary key (dataset_id, job_id, row_no)
 );
+
+create unique index dataset_rows_by_key on dataset_rows (dataset_id, key) where key is not null;

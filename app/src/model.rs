@@ -67,6 +67,8 @@ pub struct JobView {
     pub item_progress: i64,
     pub rows_ok: i64,
     pub rows_failed: i64,
+    /// Of `rows_ok`, rows that replaced a row with the same key.
+    pub rows_updated: i64,
     pub chunks_total: i32,
     pub chunks_done: i32,
     /// Bumped on every change; the SSE event id.
@@ -185,6 +187,7 @@ mod tests {
             item_progress: progress,
             rows_ok: progress,
             rows_failed: 0,
+            rows_updated: 0,
             chunks_total: 0,
             chunks_done: 0,
             version: 1,

@@ -20,6 +20,8 @@ pub enum ApiError {
     Invalid(String),
     #[error("{0}")]
     TooLarge(String),
+    #[error("{0}")]
+    Conflict(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -31,6 +33,7 @@ impl ApiError {
             Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             Self::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
             Self::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+            Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

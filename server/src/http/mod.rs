@@ -59,6 +59,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/jobs/{id}/events", get(events::one_job))
         .route("/api/jobs/{id}/errors", get(reports::json))
         .route("/api/jobs/{id}/errors.csv", get(reports::csv))
+        .route("/api/datasets", post(datasets::create).get(datasets::list))
+        .route("/api/datasets/{name}", get(datasets::show))
         .route("/api/datasets/{name}/rows", get(datasets::rows))
         .route("/api/{*rest}", any(error::no_such_endpoint));
     pages::add(api, &state)

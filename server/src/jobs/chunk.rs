@@ -5,12 +5,18 @@
 //! there and then finds the chunk done, so rows and counters are written once however often
 //! the task runs.
 
+use std::collections::HashMap;
+
 use uuid::Uuid;
 
 use super::{Engine, TaskError};
 use crate::{
     spreadsheet::csv,
-    store::{chunks, datasets, errors, jobs, notify, uploads},
+    store::{
+        chunks, datasets, errors,
+        jobs::{self, ChunkCounts},
+        notify, uploads,
+    },
 };
 
 pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), TaskError> {
@@ -25,6 +31,10 @@ pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), Tas
     let Some(job) = job.filter(|job| job.is_running() && !chunk.is_done()) else {
         return Ok(());
     };
+    let Some(format) = job.row_format.map(|format| format.0) else {
+        // Chunks exist only once the plan recorded the format; nothing to do without it.
+        return Ok(());
+    };
 
     let bytes = uploads::read_range(
         pool,
@@ -33,13 +43,10 @@ pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), Tas
         chunk.byte_end as u64,
     )
     .await?;
-    let delimiter = job.delimiter();
-    let columns = job.columns.map(|columns| columns.0).unwrap_or_default();
     let first_row = chunk.first_row;
-    let parsed = tokio::task::spawn_blocking(move || {
-        csv::parse_chunk(&bytes, delimiter, &columns, first_row)
-    })
-    .await?;
+    let keyed = format.key.is_some();
+    let parsed =
+        tokio::task::spawn_blocking(move || csv::parse_chunk(&bytes, &format, first_row)).await?;
     let found = parsed.rows.len() + parsed.errors.len();
     if found != chunk.row_count as usize {
         return Err(TaskError::ChunkMismatch {
@@ -53,24 +60,29 @@ pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), Tas
     if !chunks::claim(&mut tx, job_id, chunk_no).await? {
         return Ok(());
     }
-    datasets::insert_rows(
-        &mut tx,
-        job.dataset_id,
-        job_id,
-        &parsed.row_nos,
-        &parsed.rows,
-    )
-    .await?;
+    let mut counts = ChunkCounts {
+        ok: parsed.rows.len() as i64,
+        updated: 0,
+        failed: parsed.errors.len() as i64,
+    };
+    if keyed {
+        let (row_nos, keys, rows) = last_of_each_key(&parsed);
+        let inserted =
+            datasets::upsert_rows(&mut tx, job.dataset_id, job_id, &row_nos, &keys, &rows).await?;
+        counts.updated = counts.ok - inserted;
+    } else {
+        datasets::insert_rows(
+            &mut tx,
+            job.dataset_id,
+            job_id,
+            &parsed.row_nos,
+            &parsed.rows,
+        )
+        .await?;
+    }
     errors::insert(&mut tx, job_id, &parsed.errors).await?;
     chunks::mark_done(&mut tx, job_id, chunk_no).await?;
-    let Some(version) = jobs::add_chunk(
-        &mut tx,
-        job_id,
-        parsed.rows.len() as i64,
-        parsed.errors.len() as i64,
-    )
-    .await?
-    else {
+    let Some(version) = jobs::add_chunk(&mut tx, job_id, counts).await? else {
         // The job ended while we worked (failed or cancelled): write nothing.
         tx.rollback().await?;
         return Ok(());
@@ -78,4 +90,25 @@ pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), Tas
     notify::job_changed(&mut tx, job_id, version).await?;
     tx.commit().await?;
     Ok(())
+}
+
+/// The rows to write for a keyed dataset: of rows sharing a key, only the last (it replaces the
+/// others, which count as updated, as they would had they been in different chunks).
+fn last_of_each_key(parsed: &csv::ChunkRows) -> (Vec<i64>, Vec<&str>, Vec<&str>) {
+    let mut last = HashMap::with_capacity(parsed.rows.len());
+    for (i, key) in parsed.keys.iter().enumerate() {
+        if let Some(key) = key {
+            last.insert(key.as_str(), i);
+        }
+    }
+    let mut chosen: Vec<usize> = last.into_values().collect();
+    chosen.sort_unstable();
+    (
+        chosen.iter().map(|&i| parsed.row_nos[i]).collect(),
+        chosen
+            .iter()
+            .filter_map(|&i| parsed.keys[i].as_deref())
+            .collect(),
+        chosen.iter().map(|&i| parsed.rows[i].as_str()).collect(),
+    )
 }

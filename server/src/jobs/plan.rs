@@ -15,10 +15,13 @@ use super::{
     Engine, TaskError,
     queue::{self, TaskMsg},
 };
+use sqlx::PgConnection;
+
 use crate::{
     spreadsheet::{
         Plan,
-        csv::{self, ScanError},
+        csv::{self, RowFormat, ScanError},
+        schema::{self, Column},
     },
     store::{chunks, datasets, jobs, notify, uploads},
 };
@@ -72,12 +75,20 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
         // Another run of this task got here first, or the job ended meanwhile.
         return Ok(());
     }
+    let format = match row_format(&mut tx, job.dataset_id, &plan).await? {
+        Ok(format) => format,
+        Err(reason) => {
+            // Release the job row before failing it.
+            tx.rollback().await?;
+            return fail(engine, job_id, &reason).await;
+        }
+    };
     chunks::insert_all(&mut tx, job_id, &plan.chunks).await?;
-    datasets::adopt_columns(&mut tx, job.dataset_id, &plan.columns).await?;
-    let Some(version) = jobs::seal(&mut tx, job_id, &plan).await? else {
+    let chunks_total = plan.chunks.len() as i32;
+    let Some(version) = jobs::seal(&mut tx, job_id, &format, plan.row_count, chunks_total).await?
+    else {
         return Ok(());
     };
-    let chunks_total = plan.chunks.len() as i32;
     let tasks: Vec<TaskMsg> = (0..chunks_total)
         .map(|chunk_no| TaskMsg::Chunk { job_id, chunk_no })
         .collect();
@@ -86,6 +97,33 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
     tx.commit().await?;
     tracing::info!(%job_id, rows = plan.row_count, chunks = chunks_total, "job planned");
     Ok(())
+}
+
+/// How the chunks will read rows: the file's header lined up with the dataset's columns. A
+/// dataset without columns takes the header's, as text; a header that does not fit the
+/// dataset is the person's problem (`Err` with the reason).
+async fn row_format(
+    conn: &mut PgConnection,
+    dataset_id: Uuid,
+    plan: &Plan,
+) -> sqlx::Result<Result<RowFormat, String>> {
+    let (declared, key) = datasets::schema(conn, dataset_id).await?;
+    let columns = if declared.is_empty() {
+        let columns: Vec<Column> = plan.columns.iter().map(|name| Column::text(name)).collect();
+        datasets::adopt_columns(conn, dataset_id, &columns).await?;
+        columns
+    } else {
+        match schema::align(&plan.columns, &declared) {
+            Ok(columns) => columns,
+            Err(reason) => return Ok(Err(reason)),
+        }
+    };
+    let key = key.and_then(|key| columns.iter().position(|column| column.name == key));
+    Ok(Ok(RowFormat {
+        delimiter: plan.delimiter,
+        columns,
+        key,
+    }))
 }
 
 /// Fails the job with a reason for the person who uploaded the file.

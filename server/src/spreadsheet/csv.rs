@@ -8,7 +8,11 @@ use csv::{ByteRecord, ReaderBuilder};
 
 use std::collections::HashSet;
 
-use super::{ChunkSpan, FileError, MAX_CELL_BYTES, MAX_COLUMNS, Plan, RowError, delimiter, sniff};
+use super::{
+    ChunkSpan, FileError, MAX_CELL_BYTES, MAX_COLUMNS, Plan, RowError, delimiter,
+    schema::{self, Column, push_json_string},
+    sniff,
+};
 
 /// Why a scan stopped.
 #[derive(Debug, thiserror::Error)]
@@ -116,39 +120,56 @@ fn header(record: &ByteRecord) -> Result<Vec<String>, FileError> {
     Ok(columns)
 }
 
+/// How a chunk's rows are read: the file's delimiter, the dataset column of each header cell
+/// (in file order), and which of them, if any, is the dataset's unique key.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RowFormat {
+    pub delimiter: u8,
+    pub columns: Vec<Column>,
+    pub key: Option<usize>,
+}
+
 /// One chunk's rows, parsed: good rows as JSON object text keyed by column (written straight
-/// from the fields, no intermediate maps: this is the import's hot loop), bad rows as errors.
+/// from the fields, no intermediate maps: this is the import's hot loop) with their key values,
+/// bad rows as errors.
 #[derive(Debug, Default, PartialEq)]
 pub struct ChunkRows {
     pub row_nos: Vec<i64>,
     pub rows: Vec<String>,
+    /// The key value of each row, when the dataset has a key (its JSON text).
+    pub keys: Vec<Option<String>>,
     pub errors: Vec<RowError>,
 }
 
 /// Parses the bytes of a chunk whose first data row is `first_row`.
-pub fn parse_chunk(bytes: &[u8], delimiter: u8, columns: &[String], first_row: i64) -> ChunkRows {
-    let mut reader = reader(bytes, delimiter);
-    let keys: Vec<String> = columns.iter().map(|name| json_string(name)).collect();
+pub fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRows {
+    let mut reader = reader(bytes, format.delimiter);
+    let names: Vec<String> = format
+        .columns
+        .iter()
+        .map(|column| {
+            let mut name = String::new();
+            push_json_string(&mut name, &column.name);
+            name
+        })
+        .collect();
     let mut out = ChunkRows::default();
     let mut record = ByteRecord::new();
     let mut row_no = first_row;
     loop {
         match reader.read_byte_record(&mut record) {
             Ok(false) => break,
-            Ok(true) => match to_object(&record, columns, &keys) {
-                Ok(object) => {
+            Ok(true) => match to_object(&record, format, &names) {
+                Ok((object, key)) => {
                     out.row_nos.push(row_no);
                     out.rows.push(object);
+                    out.keys.push(key);
                 }
                 Err((column, message)) => {
-                    let value = column
-                        .as_ref()
-                        .and_then(|c| columns.iter().position(|name| name == c))
-                        .and_then(|i| record.get(i))
-                        .map(preview);
+                    let value = column.map(|i| preview(&record[i]));
                     out.errors.push(RowError {
                         row_no: row_no + 1,
-                        column,
+                        column: column.map(|i| format.columns[i].name.clone()),
                         value,
                         message,
                         fields: fields_of(&record),
@@ -188,14 +209,16 @@ fn preview(field: &[u8]) -> String {
     }
 }
 
-type FieldError = (Option<String>, String);
+/// Why a row failed: the index of the column at fault, if one is, and a message.
+type FieldError = (Option<usize>, String);
 
-/// The record as a JSON object, `keys` being the columns already as JSON strings.
+/// The record as a JSON object and its key value; `names` are the columns as JSON strings.
 fn to_object(
     record: &ByteRecord,
-    columns: &[String],
-    keys: &[String],
-) -> Result<String, FieldError> {
+    format: &RowFormat,
+    names: &[String],
+) -> Result<(String, Option<String>), FieldError> {
+    let columns = &format.columns;
     if record.len() != columns.len() {
         return Err((
             None,
@@ -203,54 +226,39 @@ fn to_object(
         ));
     }
     let mut object = String::with_capacity(
-        record.as_slice().len() + keys.iter().map(String::len).sum::<usize>() + 4 * keys.len(),
+        record.as_slice().len() + names.iter().map(String::len).sum::<usize>() + 4 * names.len(),
     );
+    let mut key = None;
     object.push('{');
-    for (i, (field, key)) in record.iter().zip(keys).enumerate() {
+    for (i, (field, column)) in record.iter().zip(columns).enumerate() {
         if field.len() > MAX_CELL_BYTES {
             return Err((
-                Some(columns[i].clone()),
-                format!("{}: the value is larger than 1 MiB", columns[i]),
+                Some(i),
+                format!("{}: the value is larger than 1 MiB", column.name),
             ));
         }
-        let text = std::str::from_utf8(field).map_err(|_| {
-            (
-                Some(columns[i].clone()),
-                format!("{}: not UTF-8 text", columns[i]),
-            )
-        })?;
+        let text = std::str::from_utf8(field)
+            .map_err(|_| (Some(i), format!("{}: not UTF-8 text", column.name)))?;
         if i > 0 {
             object.push(',');
         }
-        object.push_str(key);
+        object.push_str(&names[i]);
         object.push(':');
-        push_json_string(&mut object, text);
-    }
-    object.push('}');
-    Ok(object)
-}
-
-fn json_string(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    push_json_string(&mut out, text);
-    out
-}
-
-/// Appends `text` as a JSON string literal.
-fn push_json_string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c < ' ' => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
+        let start = object.len();
+        schema::to_json(column, text, &mut object).map_err(|message| (Some(i), message))?;
+        if format.key == Some(i) {
+            let value = &object[start..];
+            if value == "null" {
+                return Err((
+                    Some(i),
+                    format!("{}: the key column needs a value", column.name),
+                ));
+            }
+            key = Some(value.to_owned());
         }
     }
-    out.push('"');
+    object.push('}');
+    Ok((object, key))
 }
 
 #[cfg(test)]
@@ -263,6 +271,16 @@ mod tests {
         scan(text.as_bytes(), chunk_rows).expect("scans")
     }
 
+    /// Parses as a dataset without a schema would: every column text.
+    fn parse(bytes: &[u8], delimiter: u8, names: &[String], first_row: i64) -> ChunkRows {
+        let format = RowFormat {
+            delimiter,
+            columns: names.iter().map(|n| Column::text(n)).collect(),
+            key: None,
+        };
+        parse_chunk(bytes, &format, first_row)
+    }
+
     fn row(parsed: &ChunkRows, i: usize) -> Value {
         serde_json::from_str(&parsed.rows[i]).expect("rows are JSON")
     }
@@ -270,7 +288,7 @@ mod tests {
     #[test]
     fn rows_are_json_objects_whatever_their_text() {
         let columns = ["a \"quoted\" name".to_owned(), "b".to_owned()];
-        let parsed = parse_chunk(
+        let parsed = parse(
             "\"x\\y\ttab\",\"line\nbreak \u{1} é\"\n".as_bytes(),
             b',',
             &columns,
@@ -292,7 +310,7 @@ mod tests {
         let mut ids = Vec::new();
         for span in &plan.chunks {
             let bytes = &text.as_bytes()[span.byte_start as usize..span.byte_end as usize];
-            let parsed = parse_chunk(bytes, plan.delimiter, &plan.columns, span.first_row);
+            let parsed = parse(bytes, plan.delimiter, &plan.columns, span.first_row);
             assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
             assert_eq!(parsed.rows.len(), span.row_count as usize);
             ids.extend(
@@ -300,7 +318,7 @@ mod tests {
             );
         }
         assert_eq!(ids, ["1", "2", "3", "4", "5"]);
-        let second = parse_chunk(
+        let second = parse(
             &text.as_bytes()[plan.chunks[0].byte_start as usize..plan.chunks[0].byte_end as usize],
             b',',
             &plan.columns,
@@ -315,7 +333,7 @@ mod tests {
         let text = "a,b\n1,2\n3\n4,5,6\n7,8\n";
         let plan = plan(text, 10);
         let span = plan.chunks[0];
-        let parsed = parse_chunk(
+        let parsed = parse(
             &text.as_bytes()[span.byte_start as usize..span.byte_end as usize],
             b',',
             &plan.columns,
@@ -356,7 +374,7 @@ mod tests {
         let plan = plan(text, 10);
         assert_eq!(plan.delimiter, b'\t');
         let span = plan.chunks[0];
-        let parsed = parse_chunk(
+        let parsed = parse(
             &text.as_bytes()[span.byte_start as usize..span.byte_end as usize],
             plan.delimiter,
             &plan.columns,
@@ -380,7 +398,7 @@ mod tests {
 
         let columns = ["id".to_owned(), "blob".to_owned()];
         let text = format!("1,{}\n2,small\n", "x".repeat(10 << 20));
-        let parsed = parse_chunk(text.as_bytes(), b',', &columns, 1);
+        let parsed = parse(text.as_bytes(), b',', &columns, 1);
         assert_eq!(parsed.row_nos, [2]);
         let error = &parsed.errors[0];
         assert_eq!((error.row_no, error.column.as_deref()), (2, Some("blob")));

@@ -4,6 +4,7 @@
 
 pub mod csv;
 pub mod report;
+pub mod schema;
 mod sniff;
 
 pub use sniff::{delimiter, sniff};

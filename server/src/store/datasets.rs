@@ -1,8 +1,71 @@
 //! Datasets and their rows.
 
+use chrono::{DateTime, Utc};
+use serde::Serialize;
 use serde_json::Value;
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool, types::Json};
 use uuid::Uuid;
+
+use crate::spreadsheet::schema::Column;
+
+/// A dataset as the API shows it.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct Dataset {
+    pub name: String,
+    pub columns: Json<Vec<Column>>,
+    pub key: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Creates a dataset with a declared schema; `None` when the name is taken.
+pub async fn create(
+    pool: &PgPool,
+    owner: &str,
+    name: &str,
+    columns: &[Column],
+    key: Option<&str>,
+) -> sqlx::Result<Option<Dataset>> {
+    sqlx::query_as(
+        "insert into datasets (id, owner, name, columns, key) values ($1, $2, $3, $4, $5)
+         on conflict (name) do nothing
+         returning name, columns, key, created_at",
+    )
+    .bind(Uuid::now_v7())
+    .bind(owner)
+    .bind(name)
+    .bind(Json(columns))
+    .bind(key)
+    .fetch_optional(pool)
+    .await
+}
+
+pub async fn find(pool: &PgPool, name: &str) -> sqlx::Result<Option<Dataset>> {
+    sqlx::query_as("select name, columns, key, created_at from datasets where name = $1")
+        .bind(name)
+        .fetch_optional(pool)
+        .await
+}
+
+/// Every dataset, by name.
+pub async fn list(pool: &PgPool) -> sqlx::Result<Vec<Dataset>> {
+    sqlx::query_as("select name, columns, key, created_at from datasets order by name")
+        .fetch_all(pool)
+        .await
+}
+
+/// A dataset's columns ('[]' before its first import when it has no declared schema) and key.
+pub async fn schema(
+    conn: &mut PgConnection,
+    id: Uuid,
+) -> sqlx::Result<(Vec<Column>, Option<String>)> {
+    let (columns, key): (Json<Vec<Column>>, Option<String>) =
+        sqlx::query_as("select columns, key from datasets where id = $1")
+            .bind(id)
+            .fetch_one(conn)
+            .await?;
+    Ok((columns.0, key))
+}
 
 /// The dataset's id, creating it (owned by `owner`) when no dataset has that name.
 pub async fn ensure(conn: &mut PgConnection, owner: &str, name: &str) -> sqlx::Result<Uuid> {
@@ -22,11 +85,11 @@ pub async fn ensure(conn: &mut PgConnection, owner: &str, name: &str) -> sqlx::R
 pub async fn adopt_columns(
     conn: &mut PgConnection,
     id: Uuid,
-    columns: &[String],
+    columns: &[Column],
 ) -> sqlx::Result<()> {
     sqlx::query("update datasets set columns = $2 where id = $1 and columns = '[]'")
         .bind(id)
-        .bind(sqlx::types::Json(columns))
+        .bind(Json(columns))
         .execute(conn)
         .await?;
     Ok(())
@@ -59,6 +122,38 @@ pub async fn insert_rows(
     copy.send(data).await?;
     copy.finish().await?;
     Ok(())
+}
+
+/// Writes one chunk's good rows into a dataset with a key: a row whose key is already there
+/// replaces it, unless the stored row is the newer one (a later row of the file, or of a later
+/// import: chunks may commit in any order, and the newest row must win). Keys must be distinct
+/// within the call. Returns how many rows were new.
+pub async fn upsert_rows(
+    conn: &mut PgConnection,
+    dataset_id: Uuid,
+    job_id: Uuid,
+    row_nos: &[i64],
+    keys: &[&str],
+    rows: &[&str],
+) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "with written as (
+             insert into dataset_rows (dataset_id, job_id, row_no, key, data)
+             select $1, $2, * from unnest($3::bigint[], $4::text[], $5::jsonb[])
+             on conflict (dataset_id, key) where key is not null do update
+                 set job_id = excluded.job_id, row_no = excluded.row_no, data = excluded.data
+                 where (dataset_rows.job_id, dataset_rows.row_no) < (excluded.job_id, excluded.row_no)
+             returning xmax = 0 as inserted
+         )
+         select count(*) filter (where inserted) from written",
+    )
+    .bind(dataset_id)
+    .bind(job_id)
+    .bind(row_nos)
+    .bind(keys)
+    .bind(rows)
+    .fetch_one(conn)
+    .await
 }
 
 /// Escapes a value for COPY's text format. JSON text never holds raw control characters (they

@@ -67,11 +67,12 @@ pub async fn page(
 
 /// The header the job read, for the report's columns.
 pub async fn columns(pool: &PgPool, job_id: Uuid) -> sqlx::Result<Vec<String>> {
-    let columns: Option<Json<Vec<String>>> =
-        sqlx::query_scalar("select columns from jobs where id = $1")
-            .bind(job_id)
-            .fetch_optional(pool)
-            .await?
-            .flatten();
+    let columns: Option<Json<Vec<String>>> = sqlx::query_scalar(
+        "select jsonb_path_query_array(row_format, '$.columns[*].name') from jobs where id = $1",
+    )
+    .bind(job_id)
+    .fetch_optional(pool)
+    .await?
+    .flatten();
     Ok(columns.map(|c| c.0).unwrap_or_default())
 }

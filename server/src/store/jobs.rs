@@ -5,13 +5,13 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::spreadsheet::Plan;
+use crate::spreadsheet::csv::RowFormat;
 
 /// `select … from jobs` with what a [`JobView`] shows, followed by the given SQL.
 macro_rules! select_view {
     ($rest:literal) => {
         concat!(
-            "select j.id, j.kind, j.status, j.item_count, j.item_progress, j.rows_ok, j.rows_failed,
+            "select j.id, j.kind, j.status, j.item_count, j.item_progress, j.rows_ok, j.rows_failed, j.rows_updated,
            j.chunks_total, j.chunks_done, j.version, j.error, j.created_at, j.started_at,
            j.finished_at, u.filename, d.name as dataset,
            extract(epoch from coalesce(j.finished_at, now()) - j.started_at)::float8
@@ -33,6 +33,7 @@ struct ViewRow {
     item_progress: i64,
     rows_ok: i64,
     rows_failed: i64,
+    rows_updated: i64,
     chunks_total: i32,
     chunks_done: i32,
     version: i64,
@@ -60,6 +61,7 @@ impl From<ViewRow> for JobView {
             item_progress: row.item_progress,
             rows_ok: row.rows_ok,
             rows_failed: row.rows_failed,
+            rows_updated: row.rows_updated,
             chunks_total: row.chunks_total,
             chunks_done: row.chunks_done,
             version: row.version,
@@ -132,27 +134,18 @@ pub struct ImportJob {
     pub sealed: bool,
     pub upload_id: Uuid,
     pub dataset_id: Uuid,
-    pub columns: Option<sqlx::types::Json<Vec<String>>>,
-    pub delimiter: Option<String>,
+    pub row_format: Option<sqlx::types::Json<RowFormat>>,
 }
 
 impl ImportJob {
     pub fn is_running(&self) -> bool {
         self.status == JobStatus::Running.as_str()
     }
-
-    /// The planned delimiter; a comma before planning.
-    pub fn delimiter(&self) -> u8 {
-        self.delimiter
-            .as_deref()
-            .and_then(|d| d.bytes().next())
-            .unwrap_or(b',')
-    }
 }
 
 pub async fn import_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<ImportJob>> {
     sqlx::query_as(
-        "select status, sealed, upload_id, dataset_id, columns, delimiter from jobs
+        "select status, sealed, upload_id, dataset_id, row_format from jobs
          where id = $1 and kind = 'import'",
     )
     .bind(id)
@@ -163,7 +156,7 @@ pub async fn import_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Optio
 /// Locks the job row for the rest of the transaction and returns it.
 pub async fn lock_import_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<ImportJob>> {
     sqlx::query_as(
-        "select status, sealed, upload_id, dataset_id, columns, delimiter from jobs
+        "select status, sealed, upload_id, dataset_id, row_format from jobs
          where id = $1 and kind = 'import' for update",
     )
     .bind(id)
@@ -196,12 +189,17 @@ pub async fn fail(conn: &mut PgConnection, id: Uuid, reason: &str) -> sqlx::Resu
     .await
 }
 
-/// Records the plan of a running job: its header, delimiter, row and chunk counts. A job with
-/// no chunks completes at once. Returns the new version.
-pub async fn seal(conn: &mut PgConnection, id: Uuid, plan: &Plan) -> sqlx::Result<Option<i64>> {
+/// Records the plan of a running job: how its rows are read, its row and chunk counts. A job
+/// with no chunks completes at once. Returns the new version.
+pub async fn seal(
+    conn: &mut PgConnection,
+    id: Uuid,
+    format: &RowFormat,
+    item_count: i64,
+    chunks_total: i32,
+) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar(
-        "update jobs set sealed = true, columns = $2, item_count = $3, chunks_total = $4,
-             delimiter = $5,
+        "update jobs set sealed = true, row_format = $2, item_count = $3, chunks_total = $4,
              status = case when $4 = 0 then 'completed' else status end,
              finished_at = case when $4 = 0 then now() end,
              version = version + 1
@@ -209,12 +207,21 @@ pub async fn seal(conn: &mut PgConnection, id: Uuid, plan: &Plan) -> sqlx::Resul
          returning version",
     )
     .bind(id)
-    .bind(sqlx::types::Json(&plan.columns))
-    .bind(plan.row_count)
-    .bind(plan.chunks.len() as i32)
-    .bind(char::from(plan.delimiter).to_string())
+    .bind(sqlx::types::Json(format))
+    .bind(item_count)
+    .bind(chunks_total)
     .fetch_optional(conn)
     .await
+}
+
+/// What a chunk did, for the job's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkCounts {
+    /// Rows written, inserted or updated.
+    pub ok: i64,
+    /// Of `ok`, rows that replaced a row with the same key.
+    pub updated: i64,
+    pub failed: i64,
 }
 
 /// Adds a finished chunk to the counters of a running job, completing the job when this was the
@@ -222,14 +229,14 @@ pub async fn seal(conn: &mut PgConnection, id: Uuid, plan: &Plan) -> sqlx::Resul
 pub async fn add_chunk(
     conn: &mut PgConnection,
     id: Uuid,
-    rows_ok: i64,
-    rows_failed: i64,
+    counts: ChunkCounts,
 ) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar(
         "update jobs set
              item_progress = item_progress + $2 + $3,
              rows_ok = rows_ok + $2,
              rows_failed = rows_failed + $3,
+             rows_updated = rows_updated + $4,
              chunks_done = chunks_done + 1,
              status = case when sealed and chunks_done + 1 = chunks_total
                            then 'completed' else status end,
@@ -240,8 +247,9 @@ pub async fn add_chunk(
          returning version",
     )
     .bind(id)
-    .bind(rows_ok)
-    .bind(rows_failed)
+    .bind(counts.ok)
+    .bind(counts.failed)
+    .bind(counts.updated)
     .fetch_optional(conn)
     .await
 }

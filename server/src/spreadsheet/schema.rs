@@ -1,0 +1,356 @@
+//! Dataset schemas: the column types a dataset declares, how a file's header must match them,
+//! and how each cell's text becomes a typed JSON value (or a message for the person).
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::MAX_COLUMNS;
+
+/// The types a column can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ColumnType {
+    Text,
+    Integer,
+    Decimal,
+    Boolean,
+    Date,
+    Timestamp,
+    Email,
+}
+
+/// One declared column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Column {
+    pub name: String,
+    #[serde(rename = "type", default = "text")]
+    pub kind: ColumnType,
+    #[serde(default)]
+    pub required: bool,
+}
+
+fn text() -> ColumnType {
+    ColumnType::Text
+}
+
+impl Column {
+    /// An untyped column, as a dataset without a schema gets from a file's header.
+    pub fn text(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            kind: ColumnType::Text,
+            required: false,
+        }
+    }
+}
+
+/// Checks a dataset name: 1–64 letters, digits, `-` or `_`, so it reads well in URLs.
+pub fn check_dataset_name(name: &str) -> Result<(), String> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err("A dataset name is 1 to 64 letters, digits, '-' or '_'.".into())
+    }
+}
+
+/// Checks a declared schema: at least one column, names non-empty and distinct, at most
+/// [`MAX_COLUMNS`], a key that is one of the columns. The key column becomes required, since
+/// a row without a key value cannot be matched.
+pub fn check_schema(mut columns: Vec<Column>, key: Option<&str>) -> Result<Vec<Column>, String> {
+    if columns.is_empty() {
+        return Err("A dataset needs at least one column.".into());
+    }
+    if columns.len() > MAX_COLUMNS {
+        return Err(format!("A dataset has at most {MAX_COLUMNS} columns."));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for column in &mut columns {
+        column.name = column.name.trim().to_owned();
+        if column.name.is_empty() || column.name.len() > 256 {
+            return Err("Column names are 1 to 256 characters.".into());
+        }
+        if !seen.insert(column.name.clone()) {
+            return Err(format!(
+                "The column name \"{}\" appears twice.",
+                column.name
+            ));
+        }
+    }
+    if let Some(key) = key {
+        let column = columns
+            .iter_mut()
+            .find(|c| c.name == key)
+            .ok_or_else(|| format!("The key \"{key}\" is not one of the columns."))?;
+        column.required = true;
+    }
+    Ok(columns)
+}
+
+/// Lines up a file's header with a dataset's columns: the column of each header cell, in file
+/// order. Fails, naming the columns, when a required column is missing or the file has columns
+/// the dataset does not know.
+pub fn align(header: &[String], columns: &[Column]) -> Result<Vec<Column>, String> {
+    let unknown: Vec<&str> = header
+        .iter()
+        .filter(|name| !columns.iter().any(|c| &c.name == *name))
+        .map(String::as_str)
+        .collect();
+    let missing: Vec<&str> = columns
+        .iter()
+        .filter(|c| c.required && !header.contains(&c.name))
+        .map(|c| c.name.as_str())
+        .collect();
+    let mut problems = Vec::new();
+    if !missing.is_empty() {
+        problems.push(format!("missing required columns: {}", missing.join(", ")));
+    }
+    if !unknown.is_empty() {
+        problems.push(format!(
+            "columns the dataset does not have: {}",
+            unknown.join(", ")
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(format!(
+            "The header does not match the dataset ({}).",
+            problems.join("; ")
+        ));
+    }
+    Ok(header
+        .iter()
+        .filter_map(|name| columns.iter().find(|c| &c.name == name).cloned())
+        .collect())
+}
+
+/// A cell as JSON text: `null` for an empty optional cell, else the typed value.
+pub fn to_json(column: &Column, cell: &str, out: &mut String) -> Result<(), String> {
+    let cell = if column.kind == ColumnType::Text {
+        cell
+    } else {
+        cell.trim()
+    };
+    if cell.is_empty() {
+        if column.required {
+            return Err(format!("{}: a value is required", column.name));
+        }
+        out.push_str("null");
+        return Ok(());
+    }
+    let bad = |what: &str| format!("{}: \"{}\" is not {what}", column.name, shorten(cell));
+    match column.kind {
+        ColumnType::Text => push_json_string(out, cell),
+        ColumnType::Integer => {
+            let n: i64 = cell.parse().map_err(|_| bad("a whole number"))?;
+            out.push_str(&n.to_string());
+        }
+        ColumnType::Decimal => {
+            let number = cell.strip_prefix('+').unwrap_or(cell);
+            let digits = number.strip_prefix('-').unwrap_or(number);
+            let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+            let ok = !(int.is_empty() && frac.is_empty())
+                && int.bytes().all(|b| b.is_ascii_digit())
+                && frac.bytes().all(|b| b.is_ascii_digit());
+            if !ok {
+                return Err(bad("a decimal number like 1234.56"));
+            }
+            // JSON has no leading zeros or bare dots; PostgreSQL keeps the digits exactly.
+            let int = int.trim_start_matches('0');
+            out.push_str(if number.starts_with('-') { "-" } else { "" });
+            out.push_str(if int.is_empty() { "0" } else { int });
+            if !frac.is_empty() {
+                out.push('.');
+                out.push_str(frac);
+            }
+        }
+        ColumnType::Boolean => {
+            let value = match cell.to_ascii_lowercase().as_str() {
+                "true" | "yes" | "y" | "1" => "true",
+                "false" | "no" | "n" | "0" => "false",
+                _ => return Err(bad("true or false")),
+            };
+            out.push_str(value);
+        }
+        ColumnType::Date => {
+            let date = NaiveDate::parse_from_str(cell, "%Y-%m-%d")
+                .or_else(|_| NaiveDate::parse_from_str(cell, "%Y/%m/%d"))
+                .map_err(|_| bad("a date like 2024-12-31"))?;
+            push_json_string(out, &date.format("%Y-%m-%d").to_string());
+        }
+        ColumnType::Timestamp => {
+            let at = DateTime::parse_from_rfc3339(cell)
+                .map(|t| t.with_timezone(&Utc))
+                .or_else(|_| {
+                    ["%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
+                        .iter()
+                        .find_map(|f| NaiveDateTime::parse_from_str(cell, f).ok())
+                        .map(|t| t.and_utc())
+                        .ok_or(())
+                })
+                .map_err(|_| bad("a timestamp like 2024-12-31 23:59:00"))?;
+            push_json_string(out, &at.to_rfc3339_opts(SecondsFormat::AutoSi, true));
+        }
+        ColumnType::Email => {
+            let valid = cell.split_once('@').is_some_and(|(local, domain)| {
+                !local.is_empty()
+                    && domain.contains('.')
+                    && !domain.starts_with('.')
+                    && !domain.ends_with('.')
+                    && !domain.contains('@')
+            }) && !cell.chars().any(char::is_whitespace);
+            if !valid {
+                return Err(bad("an email address"));
+            }
+            push_json_string(out, cell);
+        }
+    }
+    Ok(())
+}
+
+fn shorten(cell: &str) -> String {
+    match cell.char_indices().nth(40) {
+        Some((at, _)) => format!("{}…", &cell[..at]),
+        None => cell.to_owned(),
+    }
+}
+
+/// Appends `text` as a JSON string literal.
+pub fn push_json_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c < ' ' => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn col(kind: ColumnType, required: bool) -> Column {
+        Column {
+            name: "c".into(),
+            kind,
+            required,
+        }
+    }
+
+    fn json(kind: ColumnType, cell: &str) -> Result<String, String> {
+        let mut out = String::new();
+        to_json(&col(kind, false), cell, &mut out).map(|()| out)
+    }
+
+    #[test]
+    fn cells_become_typed_json() {
+        use ColumnType::*;
+        assert_eq!(json(Text, " a \"b\" ").unwrap(), "\" a \\\"b\\\" \"");
+        assert_eq!(json(Text, "").unwrap(), "null");
+        assert_eq!(json(Integer, " -42 ").unwrap(), "-42");
+        assert_eq!(json(Decimal, "0012.50").unwrap(), "12.50");
+        assert_eq!(json(Decimal, "-.5").unwrap(), "-0.5");
+        assert_eq!(json(Decimal, "+3").unwrap(), "3");
+        assert_eq!(json(Boolean, "Yes").unwrap(), "true");
+        assert_eq!(json(Boolean, "0").unwrap(), "false");
+        assert_eq!(json(Date, "2024/02/29").unwrap(), "\"2024-02-29\"");
+        assert_eq!(
+            json(Timestamp, "2024-02-29 13:05").unwrap(),
+            "\"2024-02-29T13:05:00Z\""
+        );
+        assert_eq!(
+            json(Timestamp, "2024-02-29T13:05:00+02:00").unwrap(),
+            "\"2024-02-29T11:05:00Z\""
+        );
+        assert_eq!(
+            json(Email, "ana@example.com").unwrap(),
+            "\"ana@example.com\""
+        );
+        for number in ["1,5", "1.2.3", ".", "1e5", "abc"] {
+            assert!(json(Decimal, number).is_err(), "{number}");
+        }
+    }
+
+    #[test]
+    fn bad_cells_say_what_was_expected() {
+        use ColumnType::*;
+        assert_eq!(
+            json(Integer, "12.5").unwrap_err(),
+            "c: \"12.5\" is not a whole number"
+        );
+        assert_eq!(
+            json(Date, "2023-02-29").unwrap_err(),
+            "c: \"2023-02-29\" is not a date like 2024-12-31"
+        );
+        assert!(json(Email, "ana@localhost").is_err());
+        assert!(json(Email, "a b@example.com").is_err());
+        assert!(json(Boolean, "maybe").is_err());
+        let mut out = String::new();
+        assert_eq!(
+            to_json(&col(Text, true), "", &mut out).unwrap_err(),
+            "c: a value is required"
+        );
+    }
+
+    #[test]
+    fn dataset_names() {
+        assert!(check_dataset_name("customers_2024-q1").is_ok());
+        for bad in ["", "a b", "../etc", &"x".repeat(65)] {
+            assert!(check_dataset_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn schemas_are_checked_and_keys_become_required() {
+        let columns = vec![Column::text(" id "), Column::text("name")];
+        let checked = check_schema(columns.clone(), Some("id")).unwrap();
+        assert_eq!(
+            (checked[0].name.as_str(), checked[0].required),
+            ("id", true)
+        );
+        assert!(
+            check_schema(columns.clone(), Some("nope"))
+                .unwrap_err()
+                .contains("\"nope\"")
+        );
+        assert!(
+            check_schema(vec![Column::text("a"), Column::text("a")], None)
+                .unwrap_err()
+                .contains("twice")
+        );
+        assert!(check_schema(Vec::new(), None).is_err());
+    }
+
+    #[test]
+    fn headers_must_match_the_schema() {
+        let columns = vec![
+            Column {
+                name: "id".into(),
+                kind: ColumnType::Integer,
+                required: true,
+            },
+            Column::text("note"),
+            Column::text("extra"),
+        ];
+        let header = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let aligned = align(&header(&["note", "id"]), &columns).unwrap();
+        assert_eq!(
+            aligned.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["note", "id"]
+        );
+        assert_eq!(
+            align(&header(&["note", "colour", "size"]), &columns).unwrap_err(),
+            "The header does not match the dataset (missing required columns: id; columns the \
+             dataset does not have: colour, size)."
+        );
+    }
+}
