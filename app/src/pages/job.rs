@@ -77,6 +77,12 @@ fn LiveJob(job: JobView) -> impl IntoView {
             <p class="speed muted" data-testid="job-speed">
                 {move || state.read().speed_line()}
             </p>
+            <Show when=move || { state.read().rows_updated > 0 }>
+                <p class="muted" data-testid="job-updated">
+                    {move || crate::model::thousands(state.read().rows_updated)}
+                    " rows replaced rows with the same key."
+                </p>
+            </Show>
             <Show when=move || { state.read().rows_failed > 0 }>
                 <p class="warning">
                     {move || crate::model::thousands(state.read().rows_failed)}
