@@ -5,8 +5,12 @@
 use serde::de::DeserializeOwned;
 
 /// Calls `on_item` with every `job` event from the SSE stream at `url`, for as long as the
-/// current reactive owner lives. Does nothing during server rendering.
-pub fn subscribe<T: DeserializeOwned + 'static>(url: String, on_item: impl Fn(T) + 'static) {
+/// current reactive owner lives and `on_item` answers `true` (keep listening). Does nothing
+/// during server rendering.
+pub fn subscribe<T: DeserializeOwned + 'static>(
+    url: String,
+    on_item: impl Fn(T) -> bool + 'static,
+) {
     #[cfg(feature = "hydrate")]
     {
         use leptos::prelude::on_cleanup;
@@ -17,13 +21,18 @@ pub fn subscribe<T: DeserializeOwned + 'static>(url: String, on_item: impl Fn(T)
             leptos::logging::warn!("cannot open the live stream at {url}");
             return;
         };
+        let stream = source.clone();
         let listener = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
             move |event: web_sys::MessageEvent| {
                 let Some(text) = event.data().as_string() else {
                     return;
                 };
                 match serde_json::from_str::<T>(&text) {
-                    Ok(item) => on_item(item),
+                    Ok(item) => {
+                        if !on_item(item) {
+                            stream.close();
+                        }
+                    }
                     Err(err) => leptos::logging::warn!("bad live event: {err}"),
                 }
             },

@@ -19,7 +19,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Serve HTTP, pages and live progress; runs workers too unless `--no-workers` (the default).
+    /// Serve HTTP, pages and live progress, with workers unless `--no-workers` (the default command).
     Serve(ServeArgs),
     /// Run workers only, to add processing capacity on any machine.
     Worker(WorkerArgs),

@@ -140,3 +140,59 @@ async fn a_declared_schema_types_rows_and_a_key_updates_them() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn concurrent_keyed_imports_end_with_the_newest_rows_and_exact_counts() {
+    const ROWS: i64 = 2000;
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(50))).await;
+    let created = server
+        .client
+        .post(server.url("/api/datasets"))
+        .json(&json!({ "name": "keyed", "key": "id", "columns": [{ "name": "id", "type": "integer" }, { "name": "src" }] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+
+    // The same keys, in opposite orders, imported at the same time: the chunks of both jobs
+    // interleave and lock overlapping keys.
+    let file = |src: &str, ids: Vec<i64>| {
+        let mut text = String::from("id,src\n");
+        for id in ids {
+            text.push_str(&format!("{id},{src}\n"));
+        }
+        text.into_bytes()
+    };
+    let older = server
+        .import("a.csv", file("a", (1..=ROWS).collect()), "keyed")
+        .await;
+    let newer = server
+        .import("b.csv", file("b", (1..=ROWS).rev().collect()), "keyed")
+        .await;
+    let (a, b) = tokio::join!(server.finished(older.id), server.finished(newer.id));
+    assert_eq!(
+        (a.status, b.status),
+        (JobStatus::Completed, JobStatus::Completed)
+    );
+    assert_eq!((a.rows_ok, b.rows_ok), (ROWS, ROWS));
+    assert_eq!(
+        a.rows_updated + b.rows_updated,
+        ROWS,
+        "every key was written twice, once new"
+    );
+
+    let (count, from_newer): (i64, i64) = sqlx::query_as(
+        "select count(*), count(*) filter (where data->>'src' = 'b') from dataset_rows r
+         join datasets d on d.id = r.dataset_id where d.name = 'keyed'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (count, from_newer),
+        (ROWS, ROWS),
+        "one row per key, each from the newer import"
+    );
+    server.stop().await;
+}

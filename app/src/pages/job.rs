@@ -1,5 +1,5 @@
 //! `/jobs/{id}`: one job, live. The server renders the current state; once hydrated, the page
-//! follows the job's SSE stream until the job ends.
+//! follows the job's SSE stream until the job ends, then closes it.
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
@@ -49,9 +49,11 @@ fn LiveJob(job: JobView) -> impl IntoView {
     let id = job.id;
     let state = RwSignal::new(job);
     live::subscribe(format!("/api/jobs/{id}/events"), move |update: JobView| {
+        let finished = update.status.is_finished();
         if update.version > state.get_untracked().version {
             state.set(update);
         }
+        !finished
     });
     let status = move || state.read().status;
     view! {

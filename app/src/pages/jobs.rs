@@ -35,6 +35,7 @@ fn LiveJobTable(jobs: Vec<JobView>) -> impl IntoView {
     let rows = RwSignal::new(jobs);
     live::subscribe("/api/jobs/events".to_owned(), move |update: JobView| {
         rows.update(|rows| apply_update(rows, update));
+        true
     });
     view! {
         <Show

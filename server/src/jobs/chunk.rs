@@ -49,11 +49,13 @@ pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), Tas
         tokio::task::spawn_blocking(move || csv::parse_chunk(&bytes, &format, first_row)).await?;
     let found = parsed.rows.len() + parsed.errors.len();
     if found != chunk.row_count as usize {
-        return Err(TaskError::ChunkMismatch {
-            chunk_no,
-            planned: chunk.row_count,
-            found,
-        });
+        // The bytes no longer read as planned: no retry can fix that.
+        let reason = format!(
+            "Part {} of the file could not be read back as planned ({found} rows instead of {}).",
+            chunk_no + 1,
+            chunk.row_count
+        );
+        return super::fail(pool, job_id, &reason).await;
     }
 
     let mut tx = pool.begin().await?;
@@ -101,14 +103,14 @@ fn last_of_each_key(parsed: &csv::ChunkRows) -> (Vec<i64>, Vec<&str>, Vec<&str>)
             last.insert(key.as_str(), i);
         }
     }
-    let mut chosen: Vec<usize> = last.into_values().collect();
+    let mut chosen: Vec<(usize, &str)> = last.into_iter().map(|(key, i)| (i, key)).collect();
     chosen.sort_unstable();
     (
-        chosen.iter().map(|&i| parsed.row_nos[i]).collect(),
+        chosen.iter().map(|&(i, _)| parsed.row_nos[i]).collect(),
+        chosen.iter().map(|&(_, key)| key).collect(),
         chosen
             .iter()
-            .filter_map(|&i| parsed.keys[i].as_deref())
+            .map(|&(i, _)| parsed.rows[i].as_str())
             .collect(),
-        chosen.iter().map(|&i| parsed.rows[i].as_str()).collect(),
     )
 }

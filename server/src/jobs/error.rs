@@ -12,10 +12,4 @@ pub enum TaskError {
     Io(#[from] std::io::Error),
     #[error("the task crashed: {0}")]
     Crashed(#[from] tokio::task::JoinError),
-    #[error("chunk {chunk_no} holds {found} rows but the plan says {planned}")]
-    ChunkMismatch {
-        chunk_no: i32,
-        planned: i32,
-        found: usize,
-    },
 }

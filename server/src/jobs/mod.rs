@@ -26,6 +26,9 @@ pub mod worker;
 
 pub use error::TaskError;
 use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::store::{jobs, notify};
 
 /// What every task needs.
 #[derive(Clone)]
@@ -33,4 +36,16 @@ pub struct Engine {
     pub pool: PgPool,
     /// Rows per chunk when a job is planned.
     pub chunk_rows: usize,
+}
+
+/// Fails a job for good, with a reason for the person who started it (a task that cannot
+/// succeed however often it is retried).
+async fn fail(pool: &PgPool, job_id: Uuid, reason: &str) -> Result<(), TaskError> {
+    let mut tx = pool.begin().await?;
+    if let Some(version) = jobs::fail(&mut tx, job_id, reason).await? {
+        notify::job_changed(&mut tx, job_id, version).await?;
+    }
+    tx.commit().await?;
+    tracing::info!(%job_id, reason, "job failed");
+    Ok(())
 }

@@ -45,7 +45,9 @@ pub async fn run(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
 
     match scan_upload(engine, job.upload_id).await {
         Ok(plan) => seal(engine, job_id, plan).await,
-        Err(ScanError::File(reason)) => fail(engine, job_id, &reason.to_string()).await,
+        Err(ScanError::File(reason)) => {
+            super::fail(&engine.pool, job_id, &reason.to_string()).await
+        }
         Err(ScanError::Io(err)) => Err(err.into()),
     }
 }
@@ -80,7 +82,7 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
         Err(reason) => {
             // Release the job row before failing it.
             tx.rollback().await?;
-            return fail(engine, job_id, &reason).await;
+            return super::fail(&engine.pool, job_id, &reason).await;
         }
     };
     chunks::insert_all(&mut tx, job_id, &plan.chunks).await?;
@@ -124,17 +126,6 @@ async fn row_format(
         columns,
         key,
     }))
-}
-
-/// Fails the job with a reason for the person who uploaded the file.
-async fn fail(engine: &Engine, job_id: Uuid, reason: &str) -> Result<(), TaskError> {
-    let mut tx = engine.pool.begin().await?;
-    if let Some(version) = jobs::fail(&mut tx, job_id, reason).await? {
-        notify::job_changed(&mut tx, job_id, version).await?;
-    }
-    tx.commit().await?;
-    tracing::info!(%job_id, reason, "job failed");
-    Ok(())
 }
 
 /// A blocking `Read` over parts sent from async code.

@@ -20,6 +20,9 @@ use crate::store::jobs;
 /// The shortest time between two pushes of the same job.
 pub const COALESCE: Duration = Duration::from_millis(100);
 
+/// The wait before reading again after a failed read.
+const RETRY: Duration = Duration::from_secs(1);
+
 /// Jobs a resync of the list re-reads.
 const LIST_RESYNC: i64 = 100;
 
@@ -64,8 +67,14 @@ pub fn follow(
             let views = match read(&pool, scope, pending).await {
                 Ok(views) => views,
                 Err(err) => {
-                    tracing::warn!("live feed cannot read jobs: {err}");
-                    Vec::new()
+                    // Try again shortly: the job may never change again to wake us.
+                    tracing::warn!("live feed cannot read jobs, retrying: {err}");
+                    tokio::select! {
+                        () = tx.closed() => return,
+                        () = tokio::time::sleep(RETRY) => {}
+                    }
+                    pending = Pending::Everything;
+                    continue;
                 }
             };
             for view in views {

@@ -24,7 +24,12 @@ pub enum ScanError {
     Io(#[from] io::Error),
 }
 
-/// Reads the header, counts the rows and cuts them into chunks of `chunk_rows`.
+/// A chunk ends after this many bytes even when it has fewer than `chunk_rows` rows, so that
+/// wide rows cannot make one chunk (read whole into memory) huge.
+const MAX_CHUNK_BYTES: u64 = 16 << 20;
+
+/// Reads the header, counts the rows and cuts them into chunks of `chunk_rows` (or
+/// [`MAX_CHUNK_BYTES`]).
 pub fn scan(input: impl Read, chunk_rows: usize) -> Result<Plan, ScanError> {
     let mut input = BufReader::with_capacity(64 * 1024, input);
     let head = input.fill_buf()?;
@@ -52,7 +57,9 @@ pub fn scan(input: impl Read, chunk_rows: usize) -> Result<Plan, ScanError> {
         });
         span.row_count += 1;
         span.byte_end = end;
-        if span.row_count as usize == chunk_rows {
+        if span.row_count as usize == chunk_rows
+            || span.byte_end - span.byte_start >= MAX_CHUNK_BYTES
+        {
             chunks.extend(current.take());
         }
     }
@@ -105,6 +112,12 @@ fn header(record: &ByteRecord) -> Result<Vec<String>, FileError> {
         let name = std::str::from_utf8(field)
             .map_err(|_| FileError::BadHeader(format!("column {} is not UTF-8 text", i + 1)))?;
         let name = name.trim_start_matches('\u{feff}').trim();
+        if name.contains('\0') {
+            return Err(FileError::BadHeader(format!(
+                "column {} contains a NUL character",
+                i + 1
+            )));
+        }
         let name = if name.is_empty() {
             format!("column_{}", i + 1)
         } else {
@@ -195,9 +208,10 @@ fn fields_of(record: &ByteRecord) -> Vec<String> {
     record.iter().map(preview).collect()
 }
 
+/// NUL, which PostgreSQL text cannot hold, shows as U+FFFD too.
 fn preview(field: &[u8]) -> String {
     const SHOWN: usize = 100;
-    if field.len() > MAX_CELL_BYTES {
+    let text = if field.len() > MAX_CELL_BYTES {
         let start = String::from_utf8_lossy(&field[..SHOWN]);
         format!(
             "{}… ({} bytes)",
@@ -206,7 +220,8 @@ fn preview(field: &[u8]) -> String {
         )
     } else {
         String::from_utf8_lossy(field).into_owned()
-    }
+    };
+    text.replace('\0', "\u{fffd}")
 }
 
 /// Why a row failed: the index of the column at fault, if one is, and a message.
@@ -239,6 +254,13 @@ fn to_object(
         }
         let text = std::str::from_utf8(field)
             .map_err(|_| (Some(i), format!("{}: not UTF-8 text", column.name)))?;
+        if text.contains('\0') {
+            // PostgreSQL text and jsonb cannot hold NUL.
+            return Err((
+                Some(i),
+                format!("{}: contains a NUL character", column.name),
+            ));
+        }
         if i > 0 {
             object.push(',');
         }
@@ -247,14 +269,8 @@ fn to_object(
         let start = object.len();
         schema::to_json(column, text, &mut object).map_err(|message| (Some(i), message))?;
         if format.key == Some(i) {
-            let value = &object[start..];
-            if value == "null" {
-                return Err((
-                    Some(i),
-                    format!("{}: the key column needs a value", column.name),
-                ));
-            }
-            key = Some(value.to_owned());
+            // Never "null": the key column is required (`schema::check_schema`).
+            key = Some(object[start..].to_owned());
         }
     }
     object.push('}');
@@ -412,6 +428,31 @@ mod tests {
         );
         assert_eq!(error.fields[0], "1");
         assert!(error.fields[1].len() < 200);
+    }
+
+    #[test]
+    fn nul_characters_are_row_errors_and_never_reach_the_database() {
+        let columns = ["a".to_owned(), "b".to_owned()];
+        let parsed = parse(b"x\0y,ok\n", b',', &columns, 1);
+        assert!(parsed.rows.is_empty());
+        let error = &parsed.errors[0];
+        assert_eq!(error.message, "a: contains a NUL character");
+        assert_eq!(error.value.as_deref(), Some("x\u{fffd}y"));
+        assert_eq!(error.fields, ["x\u{fffd}y", "ok"]);
+    }
+
+    #[test]
+    fn wide_rows_make_smaller_chunks() {
+        let cell = "x".repeat(1 << 20);
+        let text = format!("a\n{}", format!("{cell}\n").repeat(40));
+        let plan = plan(&text, 1000);
+        assert_eq!(plan.row_count, 40);
+        assert!(plan.chunks.len() >= 2, "{:?}", plan.chunks);
+        assert!(
+            plan.chunks
+                .iter()
+                .all(|c| c.byte_end - c.byte_start <= MAX_CHUNK_BYTES + (1 << 20) + 1)
+        );
     }
 
     #[test]

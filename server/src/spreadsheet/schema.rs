@@ -19,6 +19,9 @@ pub enum ColumnType {
     Email,
 }
 
+/// Digits a decimal may have (PostgreSQL's numeric allows more, but not without limit).
+const MAX_DECIMAL_DIGITS: usize = 1000;
+
 /// One declared column.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Column {
@@ -157,6 +160,12 @@ pub fn to_json(column: &Column, cell: &str, out: &mut String) -> Result<(), Stri
             if !ok {
                 return Err(bad("a decimal number like 1234.56"));
             }
+            if digits.len() > MAX_DECIMAL_DIGITS {
+                return Err(format!(
+                    "{}: a number with more than {MAX_DECIMAL_DIGITS} digits",
+                    column.name
+                ));
+            }
             // JSON has no leading zeros or bare dots; PostgreSQL keeps the digits exactly.
             let int = int.trim_start_matches('0');
             out.push_str(if number.starts_with('-') { "-" } else { "" });
@@ -274,6 +283,11 @@ mod tests {
         assert_eq!(
             json(Email, "ana@example.com").unwrap(),
             "\"ana@example.com\""
+        );
+        assert!(
+            json(Decimal, &"9".repeat(1001))
+                .unwrap_err()
+                .contains("more than 1000 digits")
         );
         for number in ["1,5", "1.2.3", ".", "1e5", "abc"] {
             assert!(json(Decimal, number).is_err(), "{number}");

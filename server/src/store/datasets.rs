@@ -69,16 +69,27 @@ pub async fn schema(
 
 /// The dataset's id, creating it (owned by `owner`) when no dataset has that name.
 pub async fn ensure(conn: &mut PgConnection, owner: &str, name: &str) -> sqlx::Result<Uuid> {
-    sqlx::query_scalar(
+    // `do nothing` takes no row lock on an existing dataset (a `do update` would wait for every
+    // chunk writing to it); a second statement, with a fresh snapshot, then finds it.
+    let created: Option<Uuid> = sqlx::query_scalar(
         "insert into datasets (id, owner, name) values ($1, $2, $3)
-         on conflict (name) do update set name = excluded.name
+         on conflict (name) do nothing
          returning id",
     )
     .bind(Uuid::now_v7())
     .bind(owner)
     .bind(name)
-    .fetch_one(conn)
-    .await
+    .fetch_optional(&mut *conn)
+    .await?;
+    match created {
+        Some(id) => Ok(id),
+        None => {
+            sqlx::query_scalar("select id from datasets where name = $1")
+                .bind(name)
+                .fetch_one(conn)
+                .await
+        }
+    }
 }
 
 /// Records the columns of a dataset that has none yet; a dataset keeps its first header.
@@ -139,7 +150,10 @@ pub async fn upsert_rows(
     sqlx::query_scalar(
         "with written as (
              insert into dataset_rows (dataset_id, job_id, row_no, key, data)
-             select $1, $2, * from unnest($3::bigint[], $4::text[], $5::jsonb[])
+             select $1, $2, u.row_no, u.key, u.data
+             from unnest($3::bigint[], $4::text[], $5::jsonb[]) as u (row_no, key, data)
+             -- One lock order for every writer, so concurrent upserts cannot deadlock.
+             order by u.key
              on conflict (dataset_id, key) where key is not null do update
                  set job_id = excluded.job_id, row_no = excluded.row_no, data = excluded.data
                  where (dataset_rows.job_id, dataset_rows.row_no) < (excluded.job_id, excluded.row_no)

@@ -189,8 +189,8 @@ pub async fn fail(conn: &mut PgConnection, id: Uuid, reason: &str) -> sqlx::Resu
     .await
 }
 
-/// Records the plan of a running job: how its rows are read, its row and chunk counts. A job
-/// with no chunks completes at once. Returns the new version.
+/// Records the plan of a running job: how its rows are read, its row and chunk counts (never
+/// zero: a file without rows fails at planning). Returns the new version.
 pub async fn seal(
     conn: &mut PgConnection,
     id: Uuid,
@@ -200,8 +200,6 @@ pub async fn seal(
 ) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar(
         "update jobs set sealed = true, row_format = $2, item_count = $3, chunks_total = $4,
-             status = case when $4 = 0 then 'completed' else status end,
-             finished_at = case when $4 = 0 then now() end,
              version = version + 1
          where id = $1 and status = 'running' and not sealed
          returning version",
@@ -217,9 +215,9 @@ pub async fn seal(
 /// What a chunk did, for the job's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChunkCounts {
-    /// Rows written, inserted or updated.
+    /// Good rows: imported, whether new or replacing a row with the same key.
     pub ok: i64,
-    /// Of `ok`, rows that replaced a row with the same key.
+    /// Of `ok`, rows whose key was already there (in the dataset, or earlier in the file).
     pub updated: i64,
     pub failed: i64,
 }

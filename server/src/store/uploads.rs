@@ -135,8 +135,8 @@ pub async fn read_range(pool: &PgPool, id: Uuid, start: u64, end: u64) -> sqlx::
     if end <= start {
         return Ok(Vec::new());
     }
-    let part = PART_BYTES as u64;
-    let (first, last) = (start / part, (end - 1) / part);
+    let part_len = PART_BYTES as u64;
+    let (first, last) = (start / part_len, (end - 1) / part_len);
     let parts: Vec<Vec<u8>> = sqlx::query_scalar(
         "select data from upload_parts
          where upload_id = $1 and part_no between $2 and $3 order by part_no",
@@ -146,10 +146,13 @@ pub async fn read_range(pool: &PgPool, id: Uuid, start: u64, end: u64) -> sqlx::
     .bind(last as i32)
     .fetch_all(pool)
     .await?;
-    let mut bytes = parts.concat();
-    let offset = (start - first * part) as usize;
-    let len = ((end - start) as usize).min(bytes.len().saturating_sub(offset));
-    bytes.drain(..offset.min(bytes.len()));
-    bytes.truncate(len);
+    // Copy just the range out of each part: one buffer of the range's size.
+    let mut bytes = Vec::with_capacity((end - start) as usize);
+    for (i, part) in parts.iter().enumerate() {
+        let part_start = (first + i as u64) * part_len;
+        let from = start.saturating_sub(part_start).min(part.len() as u64) as usize;
+        let to = (end - part_start).min(part.len() as u64) as usize;
+        bytes.extend_from_slice(&part[from..to.max(from)]);
+    }
     Ok(bytes)
 }

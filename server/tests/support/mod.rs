@@ -8,7 +8,7 @@ use std::{
     time::Duration,
 };
 
-use app::model::{JobStatus, JobView};
+use app::model::JobView;
 use futures::StreamExt;
 use reqwest::{Client, StatusCode, multipart};
 use serde_json::{Value, json};
@@ -147,9 +147,8 @@ impl TestServer {
             .await
             .unwrap();
         assert_eq!(response.status(), StatusCode::ACCEPTED);
-        let job: JobView = response.json().await.unwrap();
-        assert_eq!(job.status, JobStatus::Waiting);
-        job
+        // With workers running, the job may have moved on by the time the answer is read.
+        response.json().await.unwrap()
     }
 
     pub async fn job(&self, id: Uuid) -> JobView {

@@ -1,0 +1,37 @@
+import { writeFile } from 'node:fs/promises';
+import { expect, test } from '@playwright/test';
+import { JobPage, MESSAGES, UploadPage, Worker } from './pages';
+
+let worker: Worker | undefined;
+
+test.afterEach(async () => {
+  await worker?.stop();
+  worker = undefined;
+});
+
+test('bad rows are reported on the job page with a downloadable report', async ({ page }, testInfo) => {
+  const file = testInfo.outputPath('mixed.csv');
+  await writeFile(file, 'id,name\n1,Ada\n2\n3,Grace\n=cmd(),x,extra\n');
+  const dataset = `e2e_errors_${Date.now().toString(36)}`;
+
+  const upload = new UploadPage(page);
+  await upload.goto();
+  const jobId = await upload.importFile(file, dataset);
+  worker = await Worker.start();
+
+  const job = new JobPage(page);
+  await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
+  await expect(page.getByText('2 rows had errors and were not imported.')).toBeVisible();
+
+  const link = page.getByTestId('error-report');
+  await expect(link).toHaveAttribute('href', `/api/jobs/${jobId}/errors.csv`);
+  const [download] = await Promise.all([page.waitForEvent('download'), link.click()]);
+  expect(download.suggestedFilename()).toBe('mixed-errors.csv');
+  const report = await (await page.request.get(`/api/jobs/${jobId}/errors.csv`)).text();
+  expect(report).toBe(
+    'id,name,_error\n' +
+      '2,,"expected 2 fields, found 1"\n' +
+      // The formula-like cell is neutralised; the extra field is cut to the header's width.
+      "'=cmd(),x,\"expected 2 fields, found 3\"\n",
+  );
+});
