@@ -2,7 +2,7 @@
 //!
 //! Layout:
 //! - [`model`]: the job types shared with the server (API JSON, SSE events, page data).
-//! - [`data`]: server functions the pages load their first state with, over [`data::JobsReader`].
+//! - [`data`]: server functions the pages load their first state with, over [`data::PageData`].
 //! - [`live`]: the browser side of the server-sent event streams.
 //! - [`pages`]: one module per page.
 
@@ -58,6 +58,7 @@ pub fn App() -> impl IntoView {
                 <nav>
                     <A href="/">"Import"</A>
                     <A href="/jobs">"Jobs"</A>
+                    <A href="/datasets">"Datasets"</A>
                 </nav>
             </header>
             <main>
@@ -66,6 +67,16 @@ pub fn App() -> impl IntoView {
                     // Async rendering: the whole page, with its status code, once the job is read.
                     <Route path=path!("/jobs") view=pages::jobs::JobsPage ssr=SsrMode::Async />
                     <Route path=path!("/jobs/:id") view=pages::job::JobPage ssr=SsrMode::Async />
+                    <Route
+                        path=path!("/datasets")
+                        view=pages::datasets::DatasetsPage
+                        ssr=SsrMode::Async
+                    />
+                    <Route
+                        path=path!("/datasets/:name")
+                        view=pages::datasets::DatasetPage
+                        ssr=SsrMode::Async
+                    />
                 </Routes>
             </main>
         </Router>

@@ -55,6 +55,70 @@ impl JobStatus {
     }
 }
 
+/// The types a column can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ColumnType {
+    Text,
+    Integer,
+    Decimal,
+    Boolean,
+    Date,
+    Timestamp,
+    Email,
+}
+
+/// One declared column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Column {
+    pub name: String,
+    #[serde(rename = "type", default = "text")]
+    pub kind: ColumnType,
+    #[serde(default)]
+    pub required: bool,
+}
+
+fn text() -> ColumnType {
+    ColumnType::Text
+}
+
+impl ColumnType {
+    /// The word the API and pages use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::Integer => "integer",
+            Self::Decimal => "decimal",
+            Self::Boolean => "boolean",
+            Self::Date => "date",
+            Self::Timestamp => "timestamp",
+            Self::Email => "email",
+        }
+    }
+}
+
+impl Column {
+    /// An untyped column, as a dataset without a schema gets from a file's header.
+    pub fn text(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            kind: ColumnType::Text,
+            required: false,
+        }
+    }
+}
+
+/// A dataset as the API returns it and the pages show it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DatasetView {
+    pub name: String,
+    pub columns: Vec<Column>,
+    /// The column whose value identifies a row.
+    pub key: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
 /// A job as the API returns it and the pages show it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -17,7 +17,7 @@ function collectErrors(page: Page): string[] {
 }
 
 // Each page, with a piece of markup that only server-side rendering can have put there.
-const PAGES = { '/': 'data-testid="import-button"', '/jobs': '</html>' };
+const PAGES = { '/': 'data-testid="import-button"', '/jobs': '</html>', '/datasets': '</html>' };
 
 for (const [path, marker] of Object.entries(PAGES)) {
   test(`${path} is server-rendered and hydrates without errors`, async ({ page }) => {

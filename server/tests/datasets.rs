@@ -126,6 +126,27 @@ async fn a_declared_schema_types_rows_and_a_key_updates_them() {
         ]
     );
 
+    // The pages, rendered on the server.
+    let list = server.get_text("/datasets").await;
+    assert!(list.contains("href=\"/datasets/people\""), "{list}");
+    let page = server.get_text("/datasets/people").await;
+    for text in [
+        "email",
+        "(key)",
+        "decimal",
+        "b2@example.com",
+        "new@example.com",
+    ] {
+        assert!(page.contains(text), "{text} in {page}");
+    }
+    let missing = server
+        .client
+        .get(server.url("/datasets/nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+
     // A header that does not fit fails the job at planning, naming the columns.
     let job = server
         .import("wrong.csv", b"id,colour\n7,red\n".to_vec(), "people")

@@ -12,8 +12,9 @@ use serde_json::Value;
 use super::{AppState, error::ApiError, session::Owner};
 use crate::{
     spreadsheet::schema::{self, Column},
-    store::datasets::{self, Dataset, RowCursor},
+    store::datasets::{self, RowCursor},
 };
+use app::model::DatasetView;
 
 #[derive(Debug, Deserialize)]
 pub struct CreateDataset {
@@ -27,7 +28,7 @@ pub async fn create(
     State(state): State<AppState>,
     Extension(owner): Extension<Owner>,
     body: Result<Json<CreateDataset>, JsonRejection>,
-) -> Result<(StatusCode, Json<Dataset>), ApiError> {
+) -> Result<(StatusCode, Json<DatasetView>), ApiError> {
     let Json(request) = body.map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
     let name = request.name.trim();
     schema::check_dataset_name(name).map_err(ApiError::Invalid)?;
@@ -41,7 +42,7 @@ pub async fn create(
 
 #[derive(Debug, Serialize)]
 pub struct DatasetList {
-    datasets: Vec<Dataset>,
+    datasets: Vec<DatasetView>,
 }
 
 /// `GET /api/datasets`.
@@ -55,7 +56,7 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<DatasetList>, Ap
 pub async fn show(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<Json<Dataset>, ApiError> {
+) -> Result<Json<DatasetView>, ApiError> {
     datasets::find(&state.pool, &name)
         .await?
         .map(Json)

@@ -1,26 +1,27 @@
-//! The Leptos pages and server functions, and the [`JobsReader`] they read jobs through.
+//! The Leptos pages and server functions, and the [`PageData`] they read through.
 
 use std::sync::Arc;
 
 use app::{
     App,
-    data::{Jobs, JobsReader},
-    model::JobView,
+    data::{PageData, Store},
+    model::{DatasetView, JobView},
     shell,
 };
 use axum::Router;
 use leptos::prelude::{LeptosOptions, get_configuration, provide_context};
 use leptos_axum::{LeptosRoutes, file_and_error_handler, generate_route_list};
+use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::AppState;
-use crate::store::jobs;
+use crate::store::{datasets, jobs};
 
-struct PgJobs(PgPool);
+struct PgPageData(PgPool);
 
 #[async_trait::async_trait]
-impl JobsReader for PgJobs {
+impl PageData for PgPageData {
     async fn job(&self, id: Uuid) -> Result<Option<JobView>, String> {
         jobs::find(&self.0, id).await.map_err(|err| err.to_string())
     }
@@ -30,11 +31,34 @@ impl JobsReader for PgJobs {
             .await
             .map_err(|err| err.to_string())
     }
+
+    async fn datasets(&self) -> Result<Vec<DatasetView>, String> {
+        datasets::list(&self.0).await.map_err(|err| err.to_string())
+    }
+
+    async fn dataset(
+        &self,
+        name: &str,
+        rows: i64,
+    ) -> Result<Option<(DatasetView, Vec<Value>)>, String> {
+        let Some(dataset) = datasets::find(&self.0, name)
+            .await
+            .map_err(|err| err.to_string())?
+        else {
+            return Ok(None);
+        };
+        let rows = datasets::rows(&self.0, name, None, rows)
+            .await
+            .map_err(|err| err.to_string())?
+            .map(|(rows, _)| rows)
+            .unwrap_or_default();
+        Ok(Some((dataset, rows)))
+    }
 }
 
 /// Adds the pages, the server functions and static files to the router.
 pub fn add(router: Router<AppState>, state: &AppState) -> Router<AppState> {
-    let reader: Jobs = Arc::new(PgJobs(state.pool.clone()));
+    let reader: Store = Arc::new(PgPageData(state.pool.clone()));
     let options = state.leptos_options.clone();
     router
         .leptos_routes_with_context(

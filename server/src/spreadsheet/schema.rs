@@ -1,51 +1,13 @@
 //! Dataset schemas: the column types a dataset declares, how a file's header must match them,
 //! and how each cell's text becomes a typed JSON value (or a message for the person).
 
+pub use app::model::{Column, ColumnType};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
-use serde::{Deserialize, Serialize};
 
 use super::MAX_COLUMNS;
 
-/// The types a column can have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ColumnType {
-    Text,
-    Integer,
-    Decimal,
-    Boolean,
-    Date,
-    Timestamp,
-    Email,
-}
-
 /// Digits a decimal may have (PostgreSQL's numeric allows more, but not without limit).
 const MAX_DECIMAL_DIGITS: usize = 1000;
-
-/// One declared column.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Column {
-    pub name: String,
-    #[serde(rename = "type", default = "text")]
-    pub kind: ColumnType,
-    #[serde(default)]
-    pub required: bool,
-}
-
-fn text() -> ColumnType {
-    ColumnType::Text
-}
-
-impl Column {
-    /// An untyped column, as a dataset without a schema gets from a file's header.
-    pub fn text(name: &str) -> Self {
-        Self {
-            name: name.to_owned(),
-            kind: ColumnType::Text,
-            required: false,
-        }
-    }
-}
 
 /// Checks a dataset name: 1–64 letters, digits, `-` or `_`, so it reads well in URLs.
 pub fn check_dataset_name(name: &str) -> Result<(), String> {

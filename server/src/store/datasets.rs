@@ -1,21 +1,29 @@
 //! Datasets and their rows.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool, types::Json};
 use uuid::Uuid;
 
-use crate::spreadsheet::schema::Column;
+use app::model::{Column, DatasetView};
 
-/// A dataset as the API shows it.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
-#[serde(rename_all = "camelCase")]
-pub struct Dataset {
-    pub name: String,
-    pub columns: Json<Vec<Column>>,
-    pub key: Option<String>,
-    pub created_at: DateTime<Utc>,
+#[derive(sqlx::FromRow)]
+struct DatasetRow {
+    name: String,
+    columns: Json<Vec<Column>>,
+    key: Option<String>,
+    created_at: DateTime<Utc>,
+}
+
+impl From<DatasetRow> for DatasetView {
+    fn from(row: DatasetRow) -> Self {
+        DatasetView {
+            name: row.name,
+            columns: row.columns.0,
+            key: row.key,
+            created_at: row.created_at,
+        }
+    }
 }
 
 /// Creates a dataset with a declared schema; `None` when the name is taken.
@@ -25,8 +33,8 @@ pub async fn create(
     name: &str,
     columns: &[Column],
     key: Option<&str>,
-) -> sqlx::Result<Option<Dataset>> {
-    sqlx::query_as(
+) -> sqlx::Result<Option<DatasetView>> {
+    sqlx::query_as::<_, DatasetRow>(
         "insert into datasets (id, owner, name, columns, key) values ($1, $2, $3, $4, $5)
          on conflict (name) do nothing
          returning name, columns, key, created_at",
@@ -38,20 +46,27 @@ pub async fn create(
     .bind(key)
     .fetch_optional(pool)
     .await
+    .map(|row| row.map(DatasetView::from))
 }
 
-pub async fn find(pool: &PgPool, name: &str) -> sqlx::Result<Option<Dataset>> {
-    sqlx::query_as("select name, columns, key, created_at from datasets where name = $1")
-        .bind(name)
-        .fetch_optional(pool)
-        .await
+pub async fn find(pool: &PgPool, name: &str) -> sqlx::Result<Option<DatasetView>> {
+    sqlx::query_as::<_, DatasetRow>(
+        "select name, columns, key, created_at from datasets where name = $1",
+    )
+    .bind(name)
+    .fetch_optional(pool)
+    .await
+    .map(|row| row.map(DatasetView::from))
 }
 
 /// Every dataset, by name.
-pub async fn list(pool: &PgPool) -> sqlx::Result<Vec<Dataset>> {
-    sqlx::query_as("select name, columns, key, created_at from datasets order by name")
-        .fetch_all(pool)
-        .await
+pub async fn list(pool: &PgPool) -> sqlx::Result<Vec<DatasetView>> {
+    sqlx::query_as::<_, DatasetRow>(
+        "select name, columns, key, created_at from datasets order by name",
+    )
+    .fetch_all(pool)
+    .await
+    .map(|rows| rows.into_iter().map(DatasetView::from).collect())
 }
 
 /// A dataset's columns ('[]' before its first import when it has no declared schema) and key.

@@ -1,0 +1,165 @@
+//! `/datasets`: every dataset, and `/datasets/{name}`: one dataset's schema and first rows.
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+use serde_json::Value;
+
+use crate::{
+    data::{DATASET_PAGE_ROWS, get_dataset, list_datasets},
+    model::DatasetView,
+    pages::NotFound,
+};
+
+#[component]
+pub fn DatasetsPage() -> impl IntoView {
+    let datasets = Resource::new(|| (), |_| list_datasets());
+    view! {
+        <section class="card">
+            <h1>"Datasets"</h1>
+            <Suspense fallback=|| view! { <p class="muted">"Loading datasets..."</p> }>
+                {move || Suspend::new(async move {
+                    match datasets.await {
+                        Ok(datasets) if datasets.is_empty() => {
+                            view! {
+                                <p class="muted">"No datasets yet. " <a href="/">"Import a file"</a></p>
+                            }
+                                .into_any()
+                        }
+                        Ok(datasets) => view! { <DatasetTable datasets /> }.into_any(),
+                        Err(err) => {
+                            view! { <p class="error">"Cannot load datasets: " {err.to_string()}</p> }
+                                .into_any()
+                        }
+                    }
+                })}
+            </Suspense>
+        </section>
+    }
+}
+
+#[component]
+fn DatasetTable(datasets: Vec<DatasetView>) -> impl IntoView {
+    view! {
+        <table class="jobs">
+            <thead>
+                <tr>
+                    <th>"Dataset"</th>
+                    <th>"Columns"</th>
+                    <th>"Key"</th>
+                    <th>"Created"</th>
+                </tr>
+            </thead>
+            <tbody>
+                {datasets
+                    .into_iter()
+                    .map(|dataset| {
+                        view! {
+                            <tr data-testid="dataset-row">
+                                <td>
+                                    <a href=format!("/datasets/{}", dataset.name)>{dataset.name.clone()}</a>
+                                </td>
+                                <td>{dataset.columns.len()}</td>
+                                <td>{dataset.key.clone().unwrap_or_else(|| "-".into())}</td>
+                                <td>{dataset.created_at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </tbody>
+        </table>
+    }
+}
+
+#[component]
+pub fn DatasetPage() -> impl IntoView {
+    let params = use_params_map();
+    let name = move || params.read().get("name").unwrap_or_default();
+    let dataset = Resource::new(name, get_dataset);
+    view! {
+        <Suspense fallback=|| view! { <p class="muted">"Loading dataset..."</p> }>
+            {move || Suspend::new(async move {
+                match dataset.await {
+                    Ok(Some((dataset, rows))) => view! { <Dataset dataset rows /> }.into_any(),
+                    Ok(None) => view! { <NotFound /> }.into_any(),
+                    Err(err) => {
+                        view! { <p class="error">"Cannot load the dataset: " {err.to_string()}</p> }
+                            .into_any()
+                    }
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn Dataset(dataset: DatasetView, rows: Vec<Value>) -> impl IntoView {
+    let names: Vec<String> = dataset.columns.iter().map(|c| c.name.clone()).collect();
+    let key = dataset.key.clone();
+    view! {
+        <section class="card">
+            <h1>"Dataset " {dataset.name.clone()}</h1>
+            <h2>"Columns"</h2>
+            <table class="jobs" data-testid="dataset-schema">
+                <thead>
+                    <tr>
+                        <th>"Column"</th>
+                        <th>"Type"</th>
+                        <th>"Required"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {dataset
+                        .columns
+                        .iter()
+                        .map(|column| {
+                            let is_key = key.as_deref() == Some(column.name.as_str());
+                            view! {
+                                <tr>
+                                    <td>
+                                        {column.name.clone()}
+                                        {is_key.then_some(" (key)")}
+                                    </td>
+                                    <td>{column.kind.as_str()}</td>
+                                    <td>{if column.required { "yes" } else { "no" }}</td>
+                                </tr>
+                            }
+                        })
+                        .collect_view()}
+                </tbody>
+            </table>
+            <h2>"First rows"</h2>
+            <p class="muted">
+                "Up to " {DATASET_PAGE_ROWS} " rows. All rows: "
+                <a href=format!("/api/datasets/{}/rows", dataset.name)>"JSON"</a>
+            </p>
+            <div class="scroll">
+                <table class="jobs" data-testid="dataset-rows">
+                    <thead>
+                        <tr>{names.iter().map(|name| view! { <th>{name.clone()}</th> }).collect_view()}</tr>
+                    </thead>
+                    <tbody>
+                        {rows
+                            .into_iter()
+                            .map(|row| {
+                                let cells = names
+                                    .iter()
+                                    .map(|name| view! { <td>{cell_text(&row[name.as_str()])}</td> })
+                                    .collect_view();
+                                view! { <tr>{cells}</tr> }
+                            })
+                            .collect_view()}
+                    </tbody>
+                </table>
+            </div>
+        </section>
+    }
+}
+
+/// A JSON value as a table cell: strings bare, null empty, anything else as JSON.
+fn cell_text(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
