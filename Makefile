@@ -29,7 +29,7 @@ define e2e
 "$(PG)" recreate "$(TEST_PG_DIR)" conveyor_e2e
 DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" conveyor_e2e)" \
   CONVEYOR_NO_WORKERS=1 CONVEYOR_WORKER_BIN="$(CURDIR)/target/$(1)/server" \
-  CONVEYOR_CHUNK_ROWS=500 CONVEYOR_WORKER_CONCURRENCY=1 \
+  CONVEYOR_CHUNK_ROWS=200 CONVEYOR_WORKER_CONCURRENCY=1 \
   cargo leptos end-to-end $(2)
 endef
 
