@@ -222,6 +222,15 @@ pub fn duration(seconds: f64) -> String {
     }
 }
 
+/// "1 row", "2,500 rows".
+pub fn count_of(n: i64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{} {noun}s", thousands(n))
+    }
+}
+
 /// Formats 1234567 as "1,234,567".
 pub fn thousands(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
@@ -295,6 +304,8 @@ mod tests {
         assert_eq!(thousands(1000), "1,000");
         assert_eq!(thousands(1234567), "1,234,567");
         assert_eq!(thousands(-4500), "-4,500");
+        assert_eq!(count_of(1, "row"), "1 row");
+        assert_eq!(count_of(2500, "row"), "2,500 rows");
         assert_eq!(
             job(JobStatus::Running, Some(30000), 1500)
                 .rows_line()

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::{
     data::get_job,
     live,
-    model::{JobStatus, JobView},
+    model::{JobStatus, JobView, count_of},
     pages::NotFound,
 };
 
@@ -81,14 +81,14 @@ fn LiveJob(job: JobView) -> impl IntoView {
             </p>
             <Show when=move || { state.read().rows_updated > 0 }>
                 <p class="muted" data-testid="job-updated">
-                    {move || crate::model::thousands(state.read().rows_updated)}
-                    " rows replaced rows with the same key."
+                    {move || count_of(state.read().rows_updated, "row")}
+                    " replaced rows with the same key."
                 </p>
             </Show>
             <Show when=move || { state.read().rows_failed > 0 }>
                 <p class="warning">
-                    {move || crate::model::thousands(state.read().rows_failed)}
-                    " rows had errors and were not imported. "
+                    {move || count_of(state.read().rows_failed, "row")}
+                    " had errors and were not imported. "
                     <a href=format!("/api/jobs/{id}/errors.csv") data-testid="error-report" download>
                         "Download the error report (CSV)"
                     </a>
@@ -97,11 +97,8 @@ fn LiveJob(job: JobView) -> impl IntoView {
             <Show when=move || status() == JobStatus::Completed>
                 <p>
                     <a href=move || {
-                        format!(
-                            "/api/datasets/{}/rows",
-                            state.read().dataset.clone().unwrap_or_default(),
-                        )
-                    }>"See the imported rows (JSON)"</a>
+                        format!("/datasets/{}", state.read().dataset.clone().unwrap_or_default())
+                    }>"See the dataset"</a>
                 </p>
             </Show>
             <p class="muted">"Job " {id.to_string()}</p>
