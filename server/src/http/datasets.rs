@@ -29,7 +29,7 @@ pub async fn create(
     Extension(owner): Extension<Owner>,
     body: Result<Json<CreateDataset>, JsonRejection>,
 ) -> Result<(StatusCode, Json<DatasetView>), ApiError> {
-    let Json(request) = body.map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
+    let Json(request) = body?;
     let name = request.name.trim();
     schema::check_dataset_name(name).map_err(ApiError::Invalid)?;
     let key = request.key.as_deref().map(str::trim);

@@ -57,6 +57,13 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A request body that is not the JSON the endpoint expects.
+impl From<axum::extract::rejection::JsonRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::JsonRejection) -> Self {
+        Self::BadRequest(rejection.body_text())
+    }
+}
+
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
         Self::Internal(err.into())

@@ -30,7 +30,7 @@ pub async fn create(
     Extension(owner): Extension<Owner>,
     body: Result<Json<CreateJob>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let Json(request) = body.map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
+    let Json(request) = body?;
     let job = match request.job_type.as_str() {
         "import" => {
             let upload = request.file_guid.ok_or_else(|| {
