@@ -2,10 +2,12 @@
 //!
 //! Layout:
 //! - [`model`]: the job types shared with the server (API JSON, SSE events, page data).
+//! - [`api`]: the browser's calls to the JSON API.
 //! - [`data`]: server functions the pages load their first state with, over [`data::PageData`].
 //! - [`live`]: the browser side of the server-sent event streams.
 //! - [`pages`]: one module per page.
 
+pub mod api;
 pub mod data;
 pub mod live;
 pub mod model;

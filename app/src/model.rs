@@ -140,6 +140,10 @@ pub struct JobView {
     pub error: Option<String>,
     pub filename: Option<String>,
     pub dataset: Option<String>,
+    /// An export's file format: `csv` or `xlsx`.
+    pub format: Option<String>,
+    /// Where a finished export's file is downloaded.
+    pub result_url: Option<String>,
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -148,6 +152,20 @@ pub struct JobView {
 }
 
 impl JobView {
+    /// "Import of people.csv", "Export of people as XLSX".
+    pub fn title(&self) -> String {
+        match self.job_type {
+            JobKind::Import => {
+                format!("Import of {}", self.filename.as_deref().unwrap_or("a file"))
+            }
+            JobKind::Export => format!(
+                "Export of {} as {}",
+                self.dataset.as_deref().unwrap_or("a dataset"),
+                self.format.as_deref().unwrap_or("csv").to_uppercase()
+            ),
+        }
+    }
+
     /// Rows processed per second so far; `None` before any row is done.
     pub fn rows_per_second(&self) -> Option<f64> {
         let elapsed = self.elapsed_seconds.filter(|s| *s > 0.0)?;
@@ -267,6 +285,8 @@ mod tests {
             error: None,
             filename: None,
             dataset: None,
+            format: None,
+            result_url: None,
             created_at: DateTime::<Utc>::MIN_UTC,
             started_at: None,
             finished_at: None,

@@ -6,6 +6,7 @@ import {
   UploadPage,
   Worker,
   expectHydrated,
+  fixture,
   recordJobMessages,
   seenJobMessages,
   writeCsv,
@@ -88,6 +89,25 @@ test('imports a CSV and shows the three messages in order', async ({ page }, tes
   await expect(row).toContainText('people.csv');
   // Newest first: no job was created after this one.
   await expect(list.rows.first().locator(`a[href$="/jobs/${jobId}"]`)).toHaveCount(1);
+});
+
+test('imports a workbook sheet chosen by name', async ({ page }) => {
+  const dataset = `e2e_xls_${Date.now().toString(36)}`;
+  const upload = new UploadPage(page);
+  await upload.goto();
+  await expect(upload.sheetInput).toHaveCount(0);
+  await upload.fileInput.setInputFiles(fixture('people.xls'));
+  await upload.sheetInput.fill('People');
+  const jobId = await upload.importFile(fixture('people.xls'), dataset);
+
+  worker = await Worker.start();
+  const job = new JobPage(page);
+  await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
+  await expect(job.rows).toHaveText('2 of 2 rows');
+  const rowsRes = await page.request.get(`/api/datasets/${dataset}/rows`);
+  const { rows } = await rowsRes.json();
+  expect(rows[0]).toEqual({ name: 'Ana', age: '31', joined: '2024-01-15' });
+  expect(jobId).toBeTruthy();
 });
 
 test('drag and drop selects the file', async ({ page }) => {

@@ -2,6 +2,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { expect, type Locator, type Page } from '@playwright/test';
 
 /** Matches a job page path and captures the job id. */
@@ -13,6 +14,11 @@ export const MESSAGES = {
   complete: 'Job complete',
 } as const;
 
+/** A workbook the server's tests also use (server/tests/fixtures). */
+export function fixture(name: string): string {
+  return path.join(__dirname, '..', '..', 'server', 'tests', 'fixtures', name);
+}
+
 /** Waits until the wasm bundle has hydrated the page (the app then sets body[data-hydrated]). */
 export async function expectHydrated(page: Page): Promise<void> {
   await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
@@ -22,12 +28,14 @@ export async function expectHydrated(page: Page): Promise<void> {
 export class UploadPage {
   readonly fileInput: Locator;
   readonly datasetInput: Locator;
+  readonly sheetInput: Locator;
   readonly dropZone: Locator;
   readonly importButton: Locator;
 
   constructor(readonly page: Page) {
     this.fileInput = page.getByTestId('file-input');
     this.datasetInput = page.getByTestId('dataset-input');
+    this.sheetInput = page.getByTestId('sheet-input');
     this.dropZone = page.getByTestId('drop-zone');
     this.importButton = page.getByTestId('import-button');
   }

@@ -193,9 +193,13 @@ async fn files_that_are_not_csv_fail_the_job_with_a_reason() {
         (
             "image.csv",
             b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec(),
-            "not a text file",
+            "neither a spreadsheet nor text",
         ),
-        ("book.csv", b"PK\x03\x04\x14\0\x06\0".to_vec(), "workbook"),
+        (
+            "book.csv",
+            b"PK\x03\x04\x14\0\x06\0".to_vec(),
+            "workbook could not be read",
+        ),
         ("header.csv", b"a,b,c\n".to_vec(), "no data rows"),
         ("latin1.csv", b"name\nZo\xeb\n".to_vec(), "not UTF-8"),
         ("wide.csv", wide, "20000 columns; at most 1000"),

@@ -1,10 +1,11 @@
 //! `/datasets`: every dataset, and `/datasets/{name}`: one dataset's schema and first rows.
 
 use leptos::prelude::*;
-use leptos_router::hooks::use_params_map;
-use serde_json::Value;
+use leptos_router::hooks::{use_navigate, use_params_map};
+use serde_json::{Value, json};
 
 use crate::{
+    api,
     data::{DATASET_PAGE_ROWS, get_dataset, list_datasets},
     model::DatasetView,
     pages::NotFound,
@@ -98,6 +99,7 @@ fn Dataset(dataset: DatasetView, rows: Vec<Value>) -> impl IntoView {
     view! {
         <section class="card">
             <h1>"Dataset " {dataset.name.clone()}</h1>
+            <ExportButtons dataset=dataset.name.clone() />
             <h2>"Columns"</h2>
             <table class="jobs" data-testid="dataset-schema">
                 <thead>
@@ -152,6 +154,46 @@ fn Dataset(dataset: DatasetView, rows: Vec<Value>) -> impl IntoView {
                 </table>
             </div>
         </section>
+    }
+}
+
+/// "Export CSV" / "Export XLSX": start an export job and follow it on its page.
+#[component]
+fn ExportButtons(dataset: String) -> impl IntoView {
+    let busy = RwSignal::new(false);
+    let error = RwSignal::new(None::<String>);
+    let navigate = use_navigate();
+    let start = move |format: &'static str| {
+        let dataset = dataset.clone();
+        let navigate = navigate.clone();
+        move |_| {
+            let dataset = dataset.clone();
+            let navigate = navigate.clone();
+            busy.set(true);
+            error.set(None);
+            leptos::task::spawn_local(async move {
+                let body = json!({ "jobType": "export", "dataset": dataset, "format": format });
+                match api::create_job(body).await {
+                    Ok(job_id) => navigate(&format!("/jobs/{job_id}"), Default::default()),
+                    Err(message) => {
+                        error.set(Some(message));
+                        busy.set(false);
+                    }
+                }
+            });
+        }
+    };
+    view! {
+        <p class="actions">
+            <button data-testid="export-csv" disabled=move || busy.get() on:click=start("csv")>
+                "Export CSV"
+            </button>
+            " "
+            <button data-testid="export-xlsx" disabled=move || busy.get() on:click=start("xlsx")>
+                "Export XLSX"
+            </button>
+        </p>
+        {move || error.get().map(|message| view! { <p class="error" role="alert">{message}</p> })}
     }
 }
 

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::{
     data::get_job,
     live,
-    model::{JobStatus, JobView, count_of},
+    model::{JobKind, JobStatus, JobView, count_of},
     pages::NotFound,
 };
 
@@ -56,13 +56,12 @@ fn LiveJob(job: JobView) -> impl IntoView {
         !finished
     });
     let status = move || state.read().status;
+    let is_export = move || state.read().job_type == JobKind::Export;
     view! {
         <section class="card job" data-status=move || status().as_str()>
-            <h1>
-                "Import of " {move || state.read().filename.clone().unwrap_or_default()}
-            </h1>
+            <h1>{move || state.read().title()}</h1>
             <p class="dataset">
-                "into dataset "
+                {move || if is_export() { "from dataset " } else { "into dataset " }}
                 <strong>{move || state.read().dataset.clone().unwrap_or_default()}</strong>
             </p>
             <p class="message" data-testid="job-message">
@@ -88,13 +87,32 @@ fn LiveJob(job: JobView) -> impl IntoView {
             <Show when=move || { state.read().rows_failed > 0 }>
                 <p class="warning">
                     {move || count_of(state.read().rows_failed, "row")}
-                    " had errors and were not imported. "
+                    " had errors and were not imported. Error report: "
                     <a href=format!("/api/jobs/{id}/errors.csv") data-testid="error-report" download>
-                        "Download the error report (CSV)"
+                        "CSV"
+                    </a>
+                    ", "
+                    <a href=format!("/api/jobs/{id}/errors.xlsx") data-testid="error-report-xlsx" download>
+                        "Excel"
                     </a>
                 </p>
             </Show>
-            <Show when=move || status() == JobStatus::Completed>
+            {move || {
+                state
+                    .read()
+                    .result_url
+                    .clone()
+                    .map(|url| {
+                        view! {
+                            <p>
+                                <a class="button" href=url data-testid="download-result" download>
+                                    "Download"
+                                </a>
+                            </p>
+                        }
+                    })
+            }}
+            <Show when=move || status() == JobStatus::Completed && !is_export()>
                 <p>
                     <a href=move || {
                         format!("/datasets/{}", state.read().dataset.clone().unwrap_or_default())

@@ -46,7 +46,7 @@ fn LiveJobTable(jobs: Vec<JobView>) -> impl IntoView {
                 <thead>
                     <tr>
                         <th>"Job"</th>
-                        <th>"File"</th>
+                        <th>"What"</th>
                         <th>"Dataset"</th>
                         <th>"Status"</th>
                         <th>"Progress"</th>
@@ -81,7 +81,7 @@ fn JobRow(job: JobView) -> impl IntoView {
             <td>
                 <a href=format!("/jobs/{}", job.id)>{job.id.to_string()[..8].to_owned()}</a>
             </td>
-            <td>{job.filename.clone().unwrap_or_default()}</td>
+            <td>{job.title()}</td>
             <td>{job.dataset.clone().unwrap_or_default()}</td>
             <td data-testid="job-status">{job.status.as_str()}</td>
             <td>{progress}</td>

@@ -11,10 +11,12 @@ use web_sys::File;
 pub fn UploadPage() -> impl IntoView {
     let file = RwSignal::new(None::<SendWrapper<File>>);
     let dataset = RwSignal::new(String::new());
+    let sheet = RwSignal::new(String::new());
     let busy = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
     let dragging = RwSignal::new(false);
     let file_name = move || file.read().as_ref().map(|file| file.name());
+    let workbook_chosen = move || file_name().is_some_and(|name| is_workbook_name(&name));
 
     let choose = move |chosen: Option<File>| {
         if let Some(chosen) = chosen {
@@ -31,11 +33,12 @@ pub fn UploadPage() -> impl IntoView {
             return;
         };
         let name = dataset.get_untracked().trim().to_owned();
+        let sheet = Some(sheet.get_untracked().trim().to_owned()).filter(|s| !s.is_empty());
         let navigate = navigate.clone();
         busy.set(true);
         error.set(None);
         leptos::task::spawn_local(async move {
-            match client::start_import(chosen.take(), name).await {
+            match client::start_import(chosen.take(), name, sheet).await {
                 Ok(job_id) => navigate(&format!("/jobs/{job_id}"), Default::default()),
                 Err(message) => {
                     error.set(Some(message));
@@ -48,7 +51,7 @@ pub fn UploadPage() -> impl IntoView {
     view! {
         <section class="card">
             <h1>"Import a spreadsheet"</h1>
-            <p class="muted">"CSV files with a header row. The import runs in the background; you can watch it live."</p>
+            <p class="muted">"CSV, TSV, Excel (XLSX, XLS) or OpenDocument (ODS) files whose first row is a header. The import runs in the background; you can watch it live."</p>
             <label
                 class="dropzone"
                 class:dragging=move || dragging.get()
@@ -67,7 +70,7 @@ pub fn UploadPage() -> impl IntoView {
                 <input
                     type="file"
                     name="file"
-                    accept=".csv,text/csv"
+                    accept=".csv,.tsv,.txt,.xlsx,.xlsm,.xls,.ods"
                     data-testid="file-input"
                     on:change=move |ev| {
                         let input: web_sys::HtmlInputElement = event_target(&ev);
@@ -91,6 +94,18 @@ pub fn UploadPage() -> impl IntoView {
                     on:input=move |ev| dataset.set(event_target_value(&ev))
                 />
             </label>
+            <Show when=workbook_chosen>
+                <label class="field">
+                    "Sheet"
+                    <input
+                        type="text"
+                        data-testid="sheet-input"
+                        placeholder="the first sheet with data"
+                        prop:value=move || sheet.get()
+                        on:input=move |ev| sheet.set(event_target_value(&ev))
+                    />
+                </label>
+            </Show>
             <button
                 data-testid="import-button"
                 disabled=move || busy.get() || file.read().is_none() || dataset.read().trim().is_empty()
@@ -121,58 +136,61 @@ fn dataset_name_for(file_name: &str) -> String {
         .collect()
 }
 
+/// Whether a file name looks like a workbook, to offer the sheet field (the server decides the
+/// type from the bytes).
+fn is_workbook_name(file_name: &str) -> bool {
+    let lower = file_name.to_ascii_lowercase();
+    [".xlsx", ".xlsm", ".xls", ".ods"]
+        .iter()
+        .any(|ext| lower.ends_with(ext))
+}
+
 /// The two API calls behind the Import button; they only ever run in the browser.
 mod client {
+    use serde_json::json;
     use web_sys::File;
 
-    #[cfg(feature = "hydrate")]
-    pub async fn start_import(file: File, dataset: String) -> Result<String, String> {
-        use gloo_net::http::Request;
-        use serde_json::{Value, json};
+    use crate::api;
 
-        async fn send(request: Result<Request, gloo_net::Error>) -> Result<Value, String> {
-            let response = request
-                .map_err(|e| e.to_string())?
-                .send()
-                .await
-                .map_err(|e| format!("The server could not be reached: {e}"))?;
-            let ok = response.ok();
-            let body: Value = response.json().await.map_err(|e| e.to_string())?;
-            if ok {
-                Ok(body)
-            } else {
-                Err(body["error"]["message"]
-                    .as_str()
-                    .unwrap_or("The request failed")
-                    .to_owned())
-            }
-        }
-
-        let form = web_sys::FormData::new().map_err(|_| "FormData is not available".to_owned())?;
-        form.append_with_blob_and_filename("file", &file, &file.name())
-            .map_err(|_| "Cannot read the file".to_owned())?;
-        let upload = send(Request::post("/api/uploads").body(form)).await?;
-        let job = send(Request::post("/api/jobs").json(&json!({
+    pub async fn start_import(
+        file: File,
+        dataset: String,
+        sheet: Option<String>,
+    ) -> Result<String, String> {
+        let upload = upload(file).await?;
+        api::create_job(json!({
             "jobType": "import",
             "fileGuid": upload["id"],
             "dataset": dataset,
-        })))
-        .await?;
-        job["id"]
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| "The server sent no job id".to_owned())
+            "sheet": sheet,
+        }))
+        .await
+    }
+
+    #[cfg(feature = "hydrate")]
+    async fn upload(file: File) -> Result<serde_json::Value, String> {
+        let form = web_sys::FormData::new().map_err(|_| "FormData is not available".to_owned())?;
+        form.append_with_blob_and_filename("file", &file, &file.name())
+            .map_err(|_| "Cannot read the file".to_owned())?;
+        api::send(gloo_net::http::Request::post("/api/uploads").body(form)).await
     }
 
     #[cfg(not(feature = "hydrate"))]
-    pub async fn start_import(_file: File, _dataset: String) -> Result<String, String> {
+    async fn upload(_file: File) -> Result<serde_json::Value, String> {
         Err("Importing needs JavaScript".to_owned())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::dataset_name_for;
+    use super::{dataset_name_for, is_workbook_name};
+
+    #[test]
+    fn workbooks_are_told_by_extension_for_the_sheet_field() {
+        assert!(is_workbook_name("Q1.XLSX"));
+        assert!(is_workbook_name("old.xls"));
+        assert!(!is_workbook_name("list.csv"));
+    }
 
     #[test]
     fn dataset_names_come_from_file_stems() {

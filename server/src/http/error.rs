@@ -86,7 +86,7 @@ impl From<UploadError> for ApiError {
 impl From<CreateError> for ApiError {
     fn from(err: CreateError) -> Self {
         match err {
-            CreateError::UploadNotFound(_) => {
+            CreateError::UploadNotFound(_) | CreateError::DatasetNotFound(_) => {
                 Self::Invalid(format!("Cannot create the job: {err}."))
             }
             CreateError::Invalid(message) => Self::Invalid(message),

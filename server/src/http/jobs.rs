@@ -22,6 +22,10 @@ pub struct CreateJob {
     job_type: String,
     file_guid: Option<Uuid>,
     dataset: Option<String>,
+    /// For a workbook: the sheet to import (default: the first with a value).
+    sheet: Option<String>,
+    /// For an export: `csv` (the default) or `xlsx`.
+    format: Option<String>,
 }
 
 /// `POST /api/jobs` → 202 with `Location` and the job.
@@ -39,16 +43,23 @@ pub async fn create(
             let dataset = request.dataset.ok_or_else(|| {
                 ApiError::Invalid("An import needs \"dataset\": the dataset to import into.".into())
             })?;
-            create::import(&state.pool, &owner.0, upload, dataset.trim()).await?
+            let sheet = request
+                .sheet
+                .as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty());
+            create::import(&state.pool, &owner.0, upload, dataset.trim(), sheet).await?
         }
         "export" => {
-            return Err(ApiError::Invalid(
-                "Export jobs are not available yet.".into(),
-            ));
+            let dataset = request.dataset.ok_or_else(|| {
+                ApiError::Invalid("An export needs \"dataset\": the dataset to export.".into())
+            })?;
+            let format = request.format.as_deref().unwrap_or("csv");
+            create::export(&state.pool, &owner.0, dataset.trim(), format).await?
         }
         other => {
             return Err(ApiError::Invalid(format!(
-                "Unknown jobType \"{other}\": use \"import\"."
+                "Unknown jobType \"{other}\": use \"import\" or \"export\"."
             )));
         }
     };

@@ -7,6 +7,7 @@ mod events;
 mod jobs;
 mod pages;
 mod reports;
+mod results;
 pub mod session;
 mod uploads;
 
@@ -59,6 +60,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/jobs/{id}/events", get(events::one_job))
         .route("/api/jobs/{id}/errors", get(reports::json))
         .route("/api/jobs/{id}/errors.csv", get(reports::csv))
+        .route("/api/jobs/{id}/errors.xlsx", get(reports::xlsx))
+        .route("/api/jobs/{id}/result", get(results::download))
         .route("/api/datasets", post(datasets::create).get(datasets::list))
         .route("/api/datasets/{name}", get(datasets::show))
         .route("/api/datasets/{name}/rows", get(datasets::rows))

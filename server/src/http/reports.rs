@@ -1,5 +1,6 @@
-//! The error report of a job: `GET /api/jobs/{id}/errors` (paged JSON) and
-//! `GET /api/jobs/{id}/errors.csv` (every bad row as it was, plus `_error`; streamed).
+//! The error report of a job: `GET /api/jobs/{id}/errors` (paged JSON), and
+//! `GET /api/jobs/{id}/errors.csv` / `.xlsx` (every bad row as it was, plus `_error`;
+//! streamed).
 
 use axum::{
     Json,
@@ -8,7 +9,7 @@ use axum::{
     http::header::{CONTENT_DISPOSITION, CONTENT_TYPE},
     response::{IntoResponse, Response},
 };
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{Stream, StreamExt, TryStreamExt, stream};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -18,7 +19,8 @@ use super::{
     jobs::{job_id, no_such_job},
 };
 use crate::{
-    spreadsheet::report,
+    jobs::{export::XLSX_TYPE, pipe},
+    spreadsheet::{output, report, schema::Column},
     store::{errors, jobs},
 };
 
@@ -61,6 +63,46 @@ pub async fn csv(
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (id, filename) = existing_job(&state, id).await?;
+    let (_, body) = report_csv(&state, id).await?;
+    Ok(attachment(
+        &filename,
+        "csv",
+        "text/csv; charset=utf-8",
+        body,
+    ))
+}
+
+/// The same report as an XLSX workbook (all cells text), converted while it streams.
+pub async fn xlsx(
+    State(state): State<AppState>,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let (id, filename) = existing_job(&state, id).await?;
+    let (width, csv) = report_csv(&state, id).await?;
+    let columns: Vec<Column> = (0..width).map(|i| Column::text(&i.to_string())).collect();
+    let (body, work) = pipe::convert(Box::pin(csv), move |input, out| {
+        output::csv_to_xlsx(&columns, "errors", input, out).map(drop)
+    });
+    tokio::spawn(async move {
+        if let Ok(Err(err)) = work.await {
+            tracing::warn!(%id, "error report as XLSX failed: {err}");
+        }
+    });
+    Ok(attachment(&filename, "xlsx", XLSX_TYPE, body))
+}
+
+/// Every bad row as it was, plus `_error`, as CSV (header first), read a page at a time; and
+/// the number of columns.
+async fn report_csv(
+    state: &AppState,
+    id: Uuid,
+) -> Result<
+    (
+        usize,
+        impl Stream<Item = std::io::Result<Vec<u8>>> + Send + 'static,
+    ),
+    ApiError,
+> {
     let columns = errors::columns(&state.pool, id).await?;
     let width = columns.len();
     let pool = state.pool.clone();
@@ -82,21 +124,29 @@ pub async fn csv(
     let body = stream::once(async move { Ok(report::header(&columns)) })
         .chain(pages)
         .map_err(std::io::Error::other);
-    let stem = filename
-        .rsplit_once('.')
-        .map_or(filename.as_str(), |(stem, _)| stem);
+    Ok((width + 1, body))
+}
+
+/// A download named after the imported file: `people.csv` → `people-errors.xlsx`.
+fn attachment(
+    filename: &str,
+    extension: &str,
+    content_type: &str,
+    body: impl Stream<Item = std::io::Result<Vec<u8>>> + Send + 'static,
+) -> Response {
+    let stem = filename.rsplit_once('.').map_or(filename, |(stem, _)| stem);
     let disposition = format!(
-        "attachment; filename=\"{}-errors.csv\"",
+        "attachment; filename=\"{}-errors.{extension}\"",
         stem.replace(['"', '\\'], "_")
     );
-    Ok((
+    (
         [
-            (CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+            (CONTENT_TYPE, content_type.to_owned()),
             (CONTENT_DISPOSITION, disposition),
         ],
         Body::from_stream(body),
     )
-        .into_response())
+        .into_response()
 }
 
 /// The job's id and file name, or a 404.

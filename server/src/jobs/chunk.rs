@@ -31,14 +31,14 @@ pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), Tas
     let Some(job) = job.filter(|job| job.is_running() && !chunk.is_done()) else {
         return Ok(());
     };
-    let Some(format) = job.row_format.map(|format| format.0) else {
+    let Some(format) = job.row_format.clone().map(|format| format.0) else {
         // Chunks exist only once the plan recorded the format; nothing to do without it.
         return Ok(());
     };
 
     let bytes = uploads::read_range(
         pool,
-        job.upload_id,
+        job.csv_upload_id(),
         chunk.byte_start as u64,
         chunk.byte_end as u64,
     )
@@ -84,12 +84,12 @@ pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), Tas
     }
     errors::insert(&mut tx, job_id, &parsed.errors).await?;
     chunks::mark_done(&mut tx, job_id, chunk_no).await?;
-    let Some(version) = jobs::add_chunk(&mut tx, job_id, counts).await? else {
+    let Some(added) = jobs::add_chunk(&mut tx, job_id, counts).await? else {
         // The job ended while we worked (failed or cancelled): write nothing.
         tx.rollback().await?;
         return Ok(());
     };
-    notify::job_changed(&mut tx, job_id, version).await?;
+    notify::job_changed(&mut tx, job_id, added.version).await?;
     tx.commit().await?;
     Ok(())
 }

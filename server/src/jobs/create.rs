@@ -14,6 +14,8 @@ use crate::{
 pub enum CreateError {
     #[error("no upload has the id {0}")]
     UploadNotFound(Uuid),
+    #[error("no dataset is named \"{0}\"")]
+    DatasetNotFound(String),
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
@@ -22,12 +24,14 @@ pub enum CreateError {
     Queue(#[from] apalis_postgres::Error),
 }
 
-/// Queues the import of an upload into a dataset (created when new).
+/// Queues the import of an upload into a dataset (created when new); `sheet` picks a
+/// workbook's sheet (the first with a value when `None`).
 pub async fn import(
     pool: &PgPool,
     owner: &str,
     upload_id: Uuid,
     dataset: &str,
+    sheet: Option<&str>,
 ) -> Result<JobView, CreateError> {
     schema::check_dataset_name(dataset).map_err(CreateError::Invalid)?;
     if uploads::find(pool, upload_id).await?.is_none() {
@@ -35,8 +39,33 @@ pub async fn import(
     }
     let mut tx = pool.begin().await?;
     let dataset_id = datasets::ensure(&mut tx, owner, dataset).await?;
-    let job_id = jobs::insert_import(&mut tx, owner, upload_id, dataset_id).await?;
+    let job_id = jobs::insert_import(&mut tx, owner, upload_id, dataset_id, sheet).await?;
     queue::push(&mut tx, &[TaskMsg::Plan { job_id }]).await?;
+    notify::job_changed(&mut tx, job_id, 1).await?;
+    tx.commit().await?;
+    Ok(jobs::find(pool, job_id)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)?)
+}
+
+/// Queues the export of a dataset as `csv` or `xlsx`.
+pub async fn export(
+    pool: &PgPool,
+    owner: &str,
+    dataset: &str,
+    format: &str,
+) -> Result<JobView, CreateError> {
+    if !matches!(format, "csv" | "xlsx") {
+        return Err(CreateError::Invalid(format!(
+            "Unknown format \"{format}\": use \"csv\" or \"xlsx\"."
+        )));
+    }
+    let mut tx = pool.begin().await?;
+    let dataset_id = datasets::id_of(&mut tx, dataset)
+        .await?
+        .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?;
+    let job_id = jobs::insert_export(&mut tx, owner, dataset_id, format).await?;
+    queue::push(&mut tx, &[TaskMsg::ExportPlan { job_id }]).await?;
     notify::job_changed(&mut tx, job_id, 1).await?;
     tx.commit().await?;
     Ok(jobs::find(pool, job_id)

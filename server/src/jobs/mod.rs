@@ -9,7 +9,7 @@
 //! ```
 //!
 //! - Creating a job writes the job row and its plan task in one transaction ([`create`]).
-//! - The plan task ([`plan`]) reads the file once, records every chunk and the row count, marks
+//! - The plan task ([`plan`]) converts a workbook's sheet to CSV ([`convert`]), reads the file once, records every chunk and the row count, marks
 //!   the job `sealed` and queues one task per chunk, again in one transaction.
 //! - A chunk task ([`chunk`]) writes its rows, marks the chunk done and adds to the job's
 //!   counters in one transaction that does nothing if the chunk is already done: a redelivered,
@@ -18,8 +18,11 @@
 //!   [`crate::store::notify`]).
 
 pub mod chunk;
+mod convert;
 pub mod create;
 mod error;
+pub mod export;
+pub mod pipe;
 pub mod plan;
 pub mod queue;
 pub mod worker;

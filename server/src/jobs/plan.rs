@@ -1,18 +1,20 @@
-//! The plan task: read the upload once, streaming, and turn it into chunks.
+//! The plan task: read the upload once, streaming, and turn it into chunks. A workbook is
+//! converted to CSV first ([`super::convert`]).
 //!
 //! The scan runs on a blocking thread and pulls the upload's parts through a small channel, so
 //! memory stays flat however large the file. Everything the plan decides is written in one
 //! transaction with the chunk tasks; a plan that dies half-way leaves nothing behind and simply
 //! runs again.
 
-use std::io::{self, Read};
+use std::io;
 
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::{
-    Engine, TaskError,
+    Engine, TaskError, convert,
+    pipe::PartReader,
     queue::{self, TaskMsg},
 };
 use sqlx::PgConnection;
@@ -43,8 +45,18 @@ pub async fn run(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     }
     tx.commit().await?;
 
-    match scan_upload(engine, job.upload_id).await {
-        Ok(plan) => seal(engine, job_id, plan).await,
+    let source = match convert::source(engine, job_id, &job).await? {
+        Ok(source) => source,
+        Err(reason) => return super::fail(&engine.pool, job_id, &reason.to_string()).await,
+    };
+    match scan_upload(engine, source.upload_id).await {
+        Ok(plan) => {
+            let plan = Plan {
+                header_row: source.header_row,
+                ..plan
+            };
+            seal(engine, job_id, plan).await
+        }
         Err(ScanError::File(reason)) => {
             super::fail(&engine.pool, job_id, &reason.to_string()).await
         }
@@ -57,7 +69,7 @@ async fn scan_upload(engine: &Engine, upload_id: Uuid) -> Result<Plan, ScanError
     let chunk_rows = engine.chunk_rows;
     let scan =
         tokio::task::spawn_blocking(move || csv::scan(PartReader::new(parts_rx), chunk_rows));
-    let mut parts = uploads::stream(&engine.pool, upload_id);
+    let mut parts = std::pin::pin!(uploads::stream(engine.pool.clone(), upload_id));
     while let Some(part) = parts.next().await {
         // A closed channel means the scan stopped early; its result says why.
         if parts_tx.send(part.map_err(io::Error::other)).await.is_err() {
@@ -87,7 +99,8 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
     };
     chunks::insert_all(&mut tx, job_id, &plan.chunks).await?;
     let chunks_total = plan.chunks.len() as i32;
-    let Some(version) = jobs::seal(&mut tx, job_id, &format, plan.row_count, chunks_total).await?
+    let Some(version) =
+        jobs::seal(&mut tx, job_id, Some(&format), plan.row_count, chunks_total).await?
     else {
         return Ok(());
     };
@@ -125,40 +138,6 @@ async fn row_format(
         delimiter: plan.delimiter,
         columns,
         key,
+        header_row: plan.header_row,
     }))
-}
-
-/// A blocking `Read` over parts sent from async code.
-struct PartReader {
-    parts: mpsc::Receiver<io::Result<Vec<u8>>>,
-    part: Vec<u8>,
-    pos: usize,
-}
-
-impl PartReader {
-    fn new(parts: mpsc::Receiver<io::Result<Vec<u8>>>) -> Self {
-        Self {
-            parts,
-            part: Vec::new(),
-            pos: 0,
-        }
-    }
-}
-
-impl Read for PartReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.pos == self.part.len() {
-            match self.parts.blocking_recv() {
-                Some(part) => {
-                    self.part = part?;
-                    self.pos = 0;
-                }
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.part.len() - self.pos);
-        buf[..n].copy_from_slice(&self.part[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
-    }
 }

@@ -16,6 +16,9 @@ pub const MAX_ATTEMPTS: usize = 5;
 pub enum TaskMsg {
     Plan { job_id: Uuid },
     Chunk { job_id: Uuid, chunk_no: i32 },
+    ExportPlan { job_id: Uuid },
+    ExportChunk { job_id: Uuid, chunk_no: i32 },
+    ExportFinish { job_id: Uuid },
 }
 
 /// Queues tasks inside the caller's transaction: they exist exactly when its changes commit.

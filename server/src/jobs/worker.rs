@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::{
-    Engine, chunk, plan,
+    Engine, chunk, export, plan,
     queue::{QUEUE, TaskMsg},
 };
 use crate::config::WorkerArgs;
@@ -73,6 +73,11 @@ async fn handle(task: TaskMsg, engine: Data<Engine>) -> Result<(), BoxDynError> 
         match task {
             TaskMsg::Plan { job_id } => plan::run(&engine, job_id).await,
             TaskMsg::Chunk { job_id, chunk_no } => chunk::run(&engine, job_id, chunk_no).await,
+            TaskMsg::ExportPlan { job_id } => export::plan(&engine, job_id).await,
+            TaskMsg::ExportChunk { job_id, chunk_no } => {
+                export::chunk(&engine, job_id, chunk_no).await
+            }
+            TaskMsg::ExportFinish { job_id } => export::finish(&engine, job_id).await,
         }
     })
     .await

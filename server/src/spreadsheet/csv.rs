@@ -46,11 +46,16 @@ pub fn scan(input: impl Read, chunk_rows: usize) -> Result<Plan, ScanError> {
     let mut chunks = Vec::new();
     let mut current: Option<ChunkSpan> = None;
     let mut row_count = 0i64;
+    let mut record_no = 0i64;
     while read(&mut reader, &mut record)? {
+        record_no += 1;
+        if is_blank(&record) {
+            continue;
+        }
         row_count += 1;
         let end = reader.position().byte();
         let span = current.get_or_insert(ChunkSpan {
-            first_row: row_count,
+            first_row: record_no,
             row_count: 0,
             byte_start: record.position().map_or(0, |p| p.byte()),
             byte_end: end,
@@ -69,10 +74,16 @@ pub fn scan(input: impl Read, chunk_rows: usize) -> Result<Plan, ScanError> {
     }
     Ok(Plan {
         delimiter,
+        header_row: 1,
         columns,
         row_count,
         chunks,
     })
+}
+
+/// A record whose every field is empty (`,,,`: a spreadsheet's empty row) is not a row.
+fn is_blank(record: &ByteRecord) -> bool {
+    record.iter().all(<[u8]>::is_empty)
 }
 
 /// The one way we configure the parser: no header handling (we read the header ourselves) and
@@ -134,12 +145,19 @@ fn header(record: &ByteRecord) -> Result<Vec<String>, FileError> {
 }
 
 /// How a chunk's rows are read: the file's delimiter, the dataset column of each header cell
-/// (in file order), and which of them, if any, is the dataset's unique key.
+/// (in file order), which of them, if any, is the dataset's unique key, and the sheet row of
+/// the header (row numbers in errors count from it).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RowFormat {
     pub delimiter: u8,
     pub columns: Vec<Column>,
     pub key: Option<usize>,
+    #[serde(default = "first_row")]
+    pub header_row: i64,
+}
+
+fn first_row() -> i64 {
+    1
 }
 
 /// One chunk's rows, parsed: good rows as JSON object text keyed by column (written straight
@@ -154,7 +172,8 @@ pub struct ChunkRows {
     pub errors: Vec<RowError>,
 }
 
-/// Parses the bytes of a chunk whose first data row is `first_row`.
+/// Parses the bytes of a chunk whose first data record is `first_row` (records count from 1
+/// after the header; blank records are skipped but counted, so numbers match the sheet).
 pub fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRows {
     let mut reader = reader(bytes, format.delimiter);
     let names: Vec<String> = format
@@ -172,6 +191,7 @@ pub fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRow
     loop {
         match reader.read_byte_record(&mut record) {
             Ok(false) => break,
+            Ok(true) if is_blank(&record) => {}
             Ok(true) => match to_object(&record, format, &names) {
                 Ok((object, key)) => {
                     out.row_nos.push(row_no);
@@ -181,7 +201,7 @@ pub fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRow
                 Err((column, message)) => {
                     let value = column.map(|i| preview(&record[i]));
                     out.errors.push(RowError {
-                        row_no: row_no + 1,
+                        row_no: row_no + format.header_row,
                         column: column.map(|i| format.columns[i].name.clone()),
                         value,
                         message,
@@ -190,7 +210,7 @@ pub fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRow
                 }
             },
             Err(err) => out.errors.push(RowError {
-                row_no: row_no + 1,
+                row_no: row_no + format.header_row,
                 column: None,
                 value: None,
                 message: format!("not valid CSV: {err}"),
@@ -293,6 +313,7 @@ mod tests {
             delimiter,
             columns: names.iter().map(|n| Column::text(n)).collect(),
             key: None,
+            header_row: 1,
         };
         parse_chunk(bytes, &format, first_row)
     }
@@ -314,6 +335,18 @@ mod tests {
             row(&parsed, 0),
             serde_json::json!({ "a \"quoted\" name": "x\\y\ttab", "b": "line\nbreak \u{1} é" })
         );
+    }
+
+    #[test]
+    fn blank_records_are_skipped_but_keep_row_numbers() {
+        let text = "a,b\n1,2\n,\n,\n3\n";
+        let plan = plan(text, 10);
+        assert_eq!(plan.row_count, 2);
+        assert_eq!(plan.chunks[0].row_count, 2);
+        let parsed = parse(text.as_bytes()[4..].as_ref(), b',', &plan.columns, 1);
+        assert_eq!(parsed.row_nos, [1]);
+        // "3" is record 4 after the header: sheet row 5.
+        assert_eq!(parsed.errors[0].row_no, 5);
     }
 
     #[test]

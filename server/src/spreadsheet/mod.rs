@@ -1,11 +1,15 @@
 //! Reading spreadsheets. Planning streams the whole file once to find the header and cut the
-//! rows into chunks by byte range; each chunk later parses just its own bytes. Nothing here
-//! touches the database: it works on `Read`ers and byte slices, so it is tested on its own.
+//! rows into chunks by byte range; each chunk later parses just its own bytes. A workbook is
+//! first turned into CSV (`workbook`), so everything after that is one code path. Nothing here
+//! touches the database: it works on `Read`ers, `Write`rs and byte slices, so it is tested on
+//! its own.
 
 pub mod csv;
+pub mod output;
 pub mod report;
 pub mod schema;
 mod sniff;
+pub mod workbook;
 
 pub use sniff::{delimiter, sniff};
 
@@ -31,6 +35,8 @@ pub struct ChunkSpan {
 pub struct Plan {
     /// The field delimiter the whole file uses (`,`, tab, `;` or `|`).
     pub delimiter: u8,
+    /// The sheet row of the header: 1, unless a workbook sheet starts lower.
+    pub header_row: i64,
     pub columns: Vec<String>,
     pub row_count: i64,
     pub chunks: Vec<ChunkSpan>,

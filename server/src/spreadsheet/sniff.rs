@@ -1,6 +1,7 @@
-//! Tells a CSV from other files by their first bytes, not by their name, so a person who
-//! uploads a workbook or an image gets told so instead of a page of garbage rows; and finds the
-//! delimiter, so TSV and the semicolon CSVs of European spreadsheets import as they are.
+//! Tells CSV text from other files by their first bytes, not by their name, so a person who
+//! uploads an image gets told so instead of a page of garbage rows; and finds the delimiter, so
+//! TSV and the semicolon CSVs of European spreadsheets import as they are. (Workbooks never get
+//! here: planning recognises them first, see `workbook::Kind`.)
 
 use super::FileError;
 
@@ -53,23 +54,11 @@ fn consistent_fields(sample: &[u8], delimiter: u8) -> usize {
 
 /// Checks the start of a file; `Ok` when it can be CSV text.
 pub fn sniff(head: &[u8]) -> Result<(), FileError> {
-    if head.starts_with(b"PK\x03\x04") {
-        return Err(FileError::NotCsv(
-            "This looks like an Excel or OpenDocument workbook. Only CSV files can be imported \
-             for now: save the sheet as CSV and upload that."
-                .into(),
-        ));
-    }
-    if head.starts_with(&[0xD0, 0xCF, 0x11, 0xE0]) {
-        return Err(FileError::NotCsv(
-            "This looks like an old Excel (.xls) workbook. Only CSV files can be imported for \
-             now: save the sheet as CSV and upload that."
-                .into(),
-        ));
-    }
     if head.contains(&0) {
         return Err(FileError::NotCsv(
-            "This is not a text file, so it cannot be CSV.".into(),
+            "This is neither a spreadsheet nor text: only CSV, TSV, XLSX, XLS and ODS files \
+             can be imported."
+                .into(),
         ));
     }
     match std::str::from_utf8(head) {
@@ -110,15 +99,9 @@ mod tests {
     }
 
     #[test]
-    fn workbooks_and_binaries_are_refused() {
+    fn binaries_and_other_encodings_are_refused() {
         assert!(
-            matches!(sniff(b"PK\x03\x04rest"), Err(FileError::NotCsv(m)) if m.contains("workbook"))
-        );
-        assert!(
-            matches!(sniff(&[0xD0, 0xCF, 0x11, 0xE0, 1]), Err(FileError::NotCsv(m)) if m.contains(".xls"))
-        );
-        assert!(
-            matches!(sniff(b"\x89PNG\r\n\x1a\n\0\0"), Err(FileError::NotCsv(m)) if m.contains("not a text"))
+            matches!(sniff(b"\x89PNG\r\n\x1a\n\0\0"), Err(FileError::NotCsv(m)) if m.contains("neither"))
         );
         assert!(
             matches!(sniff(b"a,b\n\xff\xfe,1\n"), Err(FileError::NotCsv(m)) if m.contains("UTF-8"))

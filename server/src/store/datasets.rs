@@ -98,13 +98,16 @@ pub async fn ensure(conn: &mut PgConnection, owner: &str, name: &str) -> sqlx::R
     .await?;
     match created {
         Some(id) => Ok(id),
-        None => {
-            sqlx::query_scalar("select id from datasets where name = $1")
-                .bind(name)
-                .fetch_one(conn)
-                .await
-        }
+        None => id_of(conn, name).await?.ok_or(sqlx::Error::RowNotFound),
     }
+}
+
+/// The id of the dataset with this name.
+pub async fn id_of(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar("select id from datasets where name = $1")
+        .bind(name)
+        .fetch_optional(conn)
+        .await
 }
 
 /// Records the columns of a dataset that has none yet; a dataset keeps its first header.
@@ -214,12 +217,7 @@ pub async fn rows(
     after: Option<RowCursor>,
     limit: i64,
 ) -> sqlx::Result<Option<(Vec<Value>, Option<RowCursor>)>> {
-    let Some(dataset_id): Option<Uuid> =
-        sqlx::query_scalar("select id from datasets where name = $1")
-            .bind(name)
-            .fetch_optional(pool)
-            .await?
-    else {
+    let Some(dataset_id) = id_of(&mut *pool.acquire().await?, name).await? else {
         return Ok(None);
     };
     let page: Vec<(Uuid, i64, Value)> = sqlx::query_as(

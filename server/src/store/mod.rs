@@ -6,6 +6,7 @@
 pub mod chunks;
 pub mod datasets;
 pub mod errors;
+pub mod exports;
 pub mod jobs;
 pub mod notify;
 pub mod uploads;

@@ -1,7 +1,7 @@
 //! Uploaded files, stored in PostgreSQL as fixed-size parts so that any server or worker can
 //! stream a whole file or read just a byte range of it (a chunk's rows).
 
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
@@ -122,12 +122,25 @@ pub async fn find(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<Upload>> {
         .await
 }
 
-/// The whole file, part by part, in order.
-pub fn stream(pool: &PgPool, id: Uuid) -> impl Stream<Item = sqlx::Result<Vec<u8>>> + Send + '_ {
-    sqlx::query_scalar("select data from upload_parts where upload_id = $1 order by part_no")
-        .bind(id)
-        .fetch(pool)
-        .map_ok(|data: Vec<u8>| data)
+/// The whole file, part by part, in order: one query per part, so the stream owns what it
+/// needs and can outlive its caller (an HTTP body).
+pub fn stream(
+    pool: PgPool,
+    id: Uuid,
+) -> impl Stream<Item = sqlx::Result<Vec<u8>>> + Send + 'static {
+    futures::stream::try_unfold(0i32, move |part_no| {
+        let pool = pool.clone();
+        async move {
+            let part: Option<Vec<u8>> = sqlx::query_scalar(
+                "select data from upload_parts where upload_id = $1 and part_no = $2",
+            )
+            .bind(id)
+            .bind(part_no)
+            .fetch_optional(&pool)
+            .await?;
+            Ok(part.map(|part| (part, part_no + 1)))
+        }
+    })
 }
 
 /// Bytes `start..end` of the file.
@@ -155,4 +168,13 @@ pub async fn read_range(pool: &PgPool, id: Uuid, start: u64, end: u64) -> sqlx::
         bytes.extend_from_slice(&part[from..to.max(from)]);
     }
     Ok(bytes)
+}
+
+/// Removes a file (a sheet converted twice by racing plan runs keeps only one copy).
+pub async fn delete(pool: &PgPool, id: Uuid) -> sqlx::Result<()> {
+    sqlx::query("delete from uploads where id = $1")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    Ok(())
 }

@@ -138,11 +138,24 @@ impl TestServer {
 
     /// Uploads and starts an import; the job as `POST /api/jobs` answered.
     pub async fn import(&self, filename: &str, bytes: Vec<u8>, dataset: &str) -> JobView {
+        self.import_sheet(filename, bytes, dataset, None).await
+    }
+
+    /// Uploads a file and imports it, naming the workbook sheet to read.
+    pub async fn import_sheet(
+        &self,
+        filename: &str,
+        bytes: Vec<u8>,
+        dataset: &str,
+        sheet: Option<&str>,
+    ) -> JobView {
         let upload = self.upload(filename, bytes).await;
         let response = self
             .client
             .post(self.url("/api/jobs"))
-            .json(&json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": dataset }))
+            .json(&json!({
+                "jobType": "import", "fileGuid": upload["id"], "dataset": dataset, "sheet": sheet
+            }))
             .send()
             .await
             .unwrap();

@@ -1,0 +1,55 @@
+//! `GET /api/jobs/{id}/result`: the file a finished export produced, streamed from storage
+//! with its name and type.
+
+use axum::{
+    body::Body,
+    extract::{Path, State, rejection::PathRejection},
+    http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE},
+    response::{IntoResponse, Response},
+};
+use futures::TryStreamExt;
+use uuid::Uuid;
+
+use super::{
+    AppState,
+    error::ApiError,
+    jobs::{job_id, no_such_job},
+};
+use crate::{
+    jobs::export::{CSV_TYPE, XLSX_TYPE},
+    store::{jobs, uploads},
+};
+
+pub async fn download(
+    State(state): State<AppState>,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = job_id(id)?;
+    let (result, dataset, format) = jobs::export_result(&state.pool, id)
+        .await?
+        .ok_or_else(|| no_such_job(id))?;
+    let Some(upload_id) = result else {
+        return Err(ApiError::Conflict(
+            "The export has no file yet: it is not complete.".into(),
+        ));
+    };
+    let upload = uploads::find(&state.pool, upload_id)
+        .await?
+        .ok_or_else(|| no_such_job(id))?;
+    let content_type = if format == "xlsx" {
+        XLSX_TYPE
+    } else {
+        CSV_TYPE
+    };
+    let disposition = format!("attachment; filename=\"{dataset}.{format}\"");
+    let body = uploads::stream(state.pool.clone(), upload_id).map_err(std::io::Error::other);
+    Ok((
+        [
+            (CONTENT_TYPE, content_type.to_owned()),
+            (CONTENT_DISPOSITION, disposition),
+            (CONTENT_LENGTH, upload.size.to_string()),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response())
+}

@@ -1,0 +1,196 @@
+//! Export jobs: a dataset's rows out as a CSV or XLSX file, with the same lifecycle and live
+//! progress as an import.
+//!
+//! - **plan**: cut the dataset's rows, in key order, into ranges of `chunk_rows`; record them
+//!   and queue one task per range (or the finish task at once for an empty dataset).
+//! - **chunk**: render the range's rows as CSV records and store them as the chunk's part,
+//!   behind the same done-gate as import chunks, so each range counts once. The transaction
+//!   that finishes the last chunk queues the finish task.
+//! - **finish**: assemble the file from the header and the parts in order (as they are for
+//!   CSV; through rust_xlsxwriter, typed by the dataset's columns, for XLSX), store it like an
+//!   upload, complete the job and drop the parts.
+
+use futures::{StreamExt, TryStreamExt};
+use rust_xlsxwriter::XlsxError;
+use uuid::Uuid;
+
+use super::{
+    Engine, TaskError, pipe,
+    queue::{self, TaskMsg},
+};
+use crate::{
+    spreadsheet::output::{self, MAX_XLSX_ROWS},
+    store::{
+        chunks, datasets, exports,
+        jobs::{self, ChunkCounts},
+        notify, uploads,
+    },
+};
+
+pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
+    let mut tx = engine.pool.begin().await?;
+    let Some(job) = jobs::lock_export_job(&mut tx, job_id).await? else {
+        return Ok(());
+    };
+    if job.sealed {
+        return Ok(());
+    }
+    let Some(version) = jobs::start(&mut tx, job_id).await? else {
+        // Finished or cancelled before it started.
+        return Ok(());
+    };
+    let ranges = exports::plan_ranges(&mut tx, job.dataset_id, engine.chunk_rows as i64).await?;
+    let rows: i64 = ranges.iter().map(|r| i64::from(r.row_count)).sum();
+    if job.format == "xlsx" && rows > MAX_XLSX_ROWS {
+        tx.rollback().await?;
+        let reason = format!(
+            "The dataset has {rows} rows, more than an Excel sheet holds ({MAX_XLSX_ROWS}). \
+             Export it as CSV instead."
+        );
+        return super::fail(&engine.pool, job_id, &reason).await;
+    }
+    notify::job_changed(&mut tx, job_id, version).await?;
+    exports::insert_chunks(&mut tx, job_id, &ranges).await?;
+    let chunks_total = ranges.len() as i32;
+    let Some(version) = jobs::seal(&mut tx, job_id, None, rows, chunks_total).await? else {
+        return Ok(());
+    };
+    let tasks: Vec<TaskMsg> = if ranges.is_empty() {
+        vec![TaskMsg::ExportFinish { job_id }]
+    } else {
+        (0..chunks_total)
+            .map(|chunk_no| TaskMsg::ExportChunk { job_id, chunk_no })
+            .collect()
+    };
+    queue::push(&mut tx, &tasks).await?;
+    notify::job_changed(&mut tx, job_id, version).await?;
+    tx.commit().await?;
+    tracing::info!(%job_id, rows, chunks = chunks_total, "export planned");
+    Ok(())
+}
+
+pub async fn chunk(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), TaskError> {
+    let pool = &engine.pool;
+    let Some(range) = exports::pending_range(pool, job_id, chunk_no).await? else {
+        return Ok(());
+    };
+    let job = {
+        let mut conn = pool.acquire().await?;
+        jobs::export_job(&mut conn, job_id).await?
+    };
+    let Some(job) = job.filter(|job| job.is_running()) else {
+        return Ok(());
+    };
+    let columns = {
+        let mut conn = pool.acquire().await?;
+        datasets::schema(&mut conn, job.dataset_id).await?.0
+    };
+    let rows = exports::rows_in(pool, job.dataset_id, &range).await?;
+    let count = rows.len() as i64;
+    let part = tokio::task::spawn_blocking(move || output::rows_csv(&columns, &rows))
+        .await?
+        .map_err(std::io::Error::other)?;
+
+    let mut tx = pool.begin().await?;
+    if !chunks::claim(&mut tx, job_id, chunk_no).await? {
+        return Ok(());
+    }
+    exports::insert_part(&mut tx, job_id, chunk_no, &part).await?;
+    chunks::mark_done(&mut tx, job_id, chunk_no).await?;
+    let counts = ChunkCounts {
+        ok: count,
+        ..ChunkCounts::default()
+    };
+    let Some(added) = jobs::add_chunk(&mut tx, job_id, counts).await? else {
+        tx.rollback().await?;
+        return Ok(());
+    };
+    if added.last {
+        queue::push(&mut tx, &[TaskMsg::ExportFinish { job_id }]).await?;
+    }
+    notify::job_changed(&mut tx, job_id, added.version).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn finish(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
+    let pool = &engine.pool;
+    let job = {
+        let mut conn = pool.acquire().await?;
+        jobs::export_job(&mut conn, job_id).await?
+    };
+    let Some(job) =
+        job.filter(|job| job.is_running() && job.sealed && job.chunks_done == job.chunks_total)
+    else {
+        return Ok(());
+    };
+    let columns = {
+        let mut conn = pool.acquire().await?;
+        datasets::schema(&mut conn, job.dataset_id).await?.0
+    };
+    let header = output::header_csv(&columns);
+    let csv = futures::stream::iter([Ok(header)]).chain(exports::parts(pool, job_id));
+    let filename = format!("{}.{}", job.dataset, job.format);
+    let csv = csv.map_err(std::io::Error::other);
+    let saved = if job.format == "xlsx" {
+        let sheet = sheet_name(&job.dataset);
+        let (xlsx, written) = pipe::convert(csv, move |input, out| {
+            output::csv_to_xlsx(&columns, &sheet, input, out).map(drop)
+        });
+        let save = uploads::save(
+            pool,
+            &job.owner,
+            &filename,
+            Some(XLSX_TYPE),
+            usize::MAX,
+            xlsx,
+        );
+        let (saved, written) = tokio::join!(save, written);
+        match written? {
+            Ok(()) => {}
+            Err(XlsxError::IoError(err)) => return Err(err.into()),
+            // The data cannot be written as XLSX however often we try.
+            Err(XlsxError::MaxStringLengthExceeded) => {
+                let reason = format!(
+                    "A cell holds more than {} characters, more than Excel allows. Export the \
+                     dataset as CSV instead.",
+                    output::MAX_XLSX_CELL_CHARS
+                );
+                return super::fail(pool, job_id, &reason).await;
+            }
+            Err(other) => {
+                let reason = format!("The XLSX file could not be written: {other}.");
+                return super::fail(pool, job_id, &reason).await;
+            }
+        }
+        saved
+    } else {
+        uploads::save(pool, &job.owner, &filename, Some(CSV_TYPE), usize::MAX, csv).await
+    };
+    let saved = saved.map_err(std::io::Error::other)?;
+
+    let mut tx = pool.begin().await?;
+    match jobs::complete_export(&mut tx, job_id, saved.id).await? {
+        Some(version) => {
+            exports::delete_parts(&mut tx, job_id).await?;
+            notify::job_changed(&mut tx, job_id, version).await?;
+            tx.commit().await?;
+            tracing::info!(%job_id, bytes = saved.size, "export complete");
+        }
+        None => {
+            // Another run of this task finished first, or the job ended meanwhile.
+            tx.rollback().await?;
+            uploads::delete(pool, saved.id).await?;
+        }
+    }
+    Ok(())
+}
+
+pub const CSV_TYPE: &str = "text/csv; charset=utf-8";
+pub const XLSX_TYPE: &str = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet";
+
+/// Excel sheet names are at most 31 characters; dataset names are already free of the
+/// characters Excel forbids.
+fn sheet_name(dataset: &str) -> String {
+    dataset.chars().take(31).collect()
+}

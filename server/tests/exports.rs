@@ -1,0 +1,265 @@
+//! Export jobs end to end: a typed dataset out as CSV and as XLSX with real cell types, chunked
+//! with the same lifecycle as imports; formula-like text neutralised; the error report as XLSX.
+
+mod support;
+
+use std::io::Cursor;
+
+use app::model::{JobStatus, JobView};
+use calamine::{Data, DataType, Reader, Xlsx};
+use reqwest::{StatusCode, header};
+use serde_json::{Value, json};
+use support::{TestDb, TestServer, worker_args};
+
+const ROWS: usize = 250;
+
+/// `ROWS` rows for the `ledger` dataset; row 7's note looks like a formula.
+fn ledger_csv() -> Vec<u8> {
+    let mut csv = String::from("id,note,amount,paid,due,at\n");
+    for i in 1..=ROWS {
+        let note = if i == 7 {
+            "=HYPERLINK(\"http://x\")".to_owned()
+        } else {
+            format!("note {i}")
+        };
+        csv.push_str(&format!(
+            "{i},\"{}\",{}.25,{},2024-03-{:02},2024-03-01T10:{:02}:00Z\n",
+            note.replace('"', "\"\""),
+            i as i64 - 100,
+            i % 2 == 0,
+            1 + i % 28,
+            i % 60
+        ));
+    }
+    csv.into_bytes()
+}
+
+async fn post(server: &TestServer, path: &str, body: Value) -> reqwest::Response {
+    server
+        .client
+        .post(server.url(path))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn ledger(server: &TestServer) {
+    let created = post(
+        server,
+        "/api/datasets",
+        json!({
+            "name": "ledger",
+            "key": "id",
+            "columns": [
+                { "name": "id", "type": "integer" },
+                { "name": "note", "type": "text" },
+                { "name": "amount", "type": "decimal" },
+                { "name": "paid", "type": "boolean" },
+                { "name": "due", "type": "date" },
+                { "name": "at", "type": "timestamp" }
+            ]
+        }),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let job = server.import("ledger.csv", ledger_csv(), "ledger").await;
+    let done = server.finished(job.id).await;
+    assert_eq!(
+        (done.status, done.rows_ok),
+        (JobStatus::Completed, ROWS as i64)
+    );
+}
+
+async fn export(server: &TestServer, dataset: &str, format: &str) -> JobView {
+    let response = post(
+        server,
+        "/api/jobs",
+        json!({ "jobType": "export", "dataset": dataset, "format": format }),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let job: JobView = response.json().await.unwrap();
+    server.finished(job.id).await
+}
+
+async fn download(server: &TestServer, job: &JobView) -> (String, String, Vec<u8>) {
+    let url = job
+        .result_url
+        .as_deref()
+        .expect("a finished export has a file");
+    let response = server.client.get(server.url(url)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let header = |name| response.headers()[name].to_str().unwrap().to_owned();
+    let (kind, disposition) = (
+        header(header::CONTENT_TYPE),
+        header(header::CONTENT_DISPOSITION),
+    );
+    (kind, disposition, response.bytes().await.unwrap().to_vec())
+}
+
+#[tokio::test]
+async fn a_dataset_exports_as_csv_in_chunks_with_formulas_neutralised() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(40))).await;
+    ledger(&server).await;
+
+    let job = export(&server, "ledger", "csv").await;
+    assert_eq!(job.status, JobStatus::Completed, "{:?}", job.error);
+    assert_eq!(job.item_count, Some(ROWS as i64));
+    assert_eq!((job.item_progress, job.chunks_total), (ROWS as i64, 7));
+    assert_eq!(job.format.as_deref(), Some("csv"));
+
+    let (kind, disposition, bytes) = download(&server, &job).await;
+    assert!(kind.starts_with("text/csv"), "{kind}");
+    assert_eq!(disposition, "attachment; filename=\"ledger.csv\"");
+    let text = String::from_utf8(bytes).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), ROWS + 1);
+    assert_eq!(lines[0], "id,note,amount,paid,due,at");
+    assert_eq!(
+        lines[1],
+        "1,note 1,-99.25,false,2024-03-02,2024-03-01T10:01:00Z"
+    );
+    assert_eq!(
+        lines[7],
+        "7,\"'=HYPERLINK(\"\"http://x\"\")\",-93.25,false,2024-03-08,2024-03-01T10:07:00Z"
+    );
+    let ids: Vec<usize> = lines[1..]
+        .iter()
+        .map(|line| line.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        (1..=ROWS).collect::<Vec<_>>(),
+        "every row once, in order"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_dataset_exports_as_a_typed_xlsx_workbook() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    ledger(&server).await;
+
+    let job = export(&server, "ledger", "xlsx").await;
+    assert_eq!(job.status, JobStatus::Completed, "{:?}", job.error);
+    let (kind, disposition, bytes) = download(&server, &job).await;
+    assert_eq!(
+        kind,
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+    );
+    assert_eq!(disposition, "attachment; filename=\"ledger.xlsx\"");
+
+    let mut book = Xlsx::new(Cursor::new(bytes)).unwrap();
+    let sheet = book.worksheet_range("ledger").unwrap();
+    assert_eq!(sheet.height(), ROWS + 1);
+    assert_eq!(sheet.get((0, 1)), Some(&Data::String("note".into())));
+    assert_eq!(sheet.get((1, 0)), Some(&Data::Float(1.0)));
+    assert_eq!(sheet.get((1, 2)), Some(&Data::Float(-99.25)));
+    assert_eq!(sheet.get((1, 3)), Some(&Data::Bool(false)));
+    let due = sheet.get((1, 4)).unwrap().as_datetime().unwrap();
+    assert_eq!(due.to_string(), "2024-03-02 00:00:00");
+    let at = sheet.get((1, 5)).unwrap().as_datetime().unwrap();
+    assert_eq!(at.to_string(), "2024-03-01 10:01:00");
+    assert_eq!(
+        sheet.get((7, 1)),
+        Some(&Data::String("'=HYPERLINK(\"http://x\")".into()))
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn empty_unknown_and_unfinished_exports_are_clear() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    let created = post(
+        &server,
+        "/api/datasets",
+        json!({ "name": "blank", "columns": [{ "name": "a" }, { "name": "b" }] }),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+
+    let job = export(&server, "blank", "csv").await;
+    assert_eq!(
+        (job.status, job.item_count),
+        (JobStatus::Completed, Some(0))
+    );
+    let (_, _, bytes) = download(&server, &job).await;
+    assert_eq!(bytes, b"a,b\n");
+
+    let unknown = post(
+        &server,
+        "/api/jobs",
+        json!({ "jobType": "export", "dataset": "nope", "format": "csv" }),
+    )
+    .await;
+    assert_eq!(unknown.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = unknown.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no dataset")
+    );
+    let bad_format = post(
+        &server,
+        "/api/jobs",
+        json!({ "jobType": "export", "dataset": "blank", "format": "pdf" }),
+    )
+    .await;
+    assert_eq!(bad_format.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    // An import has no result file.
+    let import = server
+        .import("x.csv", b"a,b\n1,2\n".to_vec(), "blank")
+        .await;
+    let response = server
+        .client
+        .get(server.url(&format!("/api/jobs/{}/result", import.id)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_error_report_downloads_as_xlsx() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    let created = post(
+        &server,
+        "/api/datasets",
+        json!({ "name": "nums", "columns": [{ "name": "n", "type": "integer" }, { "name": "label" }] }),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let job = server
+        .import("nums.csv", b"n,label\n1,a\nx,=bad\n3,c\n".to_vec(), "nums")
+        .await;
+    let done = server.finished(job.id).await;
+    assert_eq!((done.rows_ok, done.rows_failed), (2, 1));
+
+    let response = server
+        .client
+        .get(server.url(&format!("/api/jobs/{}/errors.xlsx", job.id)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()[header::CONTENT_DISPOSITION],
+        "attachment; filename=\"nums-errors.xlsx\""
+    );
+    let bytes = response.bytes().await.unwrap().to_vec();
+    let mut book = Xlsx::new(Cursor::new(bytes)).unwrap();
+    let sheet = book.worksheet_range("errors").unwrap();
+    assert_eq!(sheet.height(), 2);
+    assert_eq!(sheet.get((0, 2)), Some(&Data::String("_error".into())));
+    assert_eq!(sheet.get((1, 0)), Some(&Data::String("x".into())));
+    assert_eq!(sheet.get((1, 1)), Some(&Data::String("'=bad".into())));
+    server.stop().await;
+}
