@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """`make bench`: how fast Conveyor imports a large CSV, next to PostgreSQL's own COPY.
 
-Prints, for one generated file on this machine:
+Prints, for generated files on this machine:
   - rows/s of `psql \\copy` into a typed table with a primary key (the ceiling),
-  - rows/s of our whole import through the real server (upload -> job completed),
-    and of the job alone (created -> completed),
-  - their ratio to COPY, and the server's peak RSS.
+  - rows/s of our whole import through the real server (upload -> job completed, every cell
+    validated against a typed schema), and of the job alone (created -> completed),
+  - their ratio to COPY, and the server's peak RSS;
+  - rows/s of exporting the dataset back to CSV;
+  - the same for a smaller XLSX file (made by our own XLSX export) and its export.
+`--rows 10000000` makes a ~1 GB CSV, to see that memory stays flat.
 Standard library only; the server is the release binary, the database the bench cluster.
 """
 
@@ -106,67 +109,139 @@ def peak_rss_mb(pid):
     return float("nan")
 
 
-def our_import(args, path, rows):
-    env = dict(os.environ, DATABASE_URL=args.db_url, LEPTOS_SITE_ADDR=f"127.0.0.1:{args.port}",
-               CONVEYOR_MAX_UPLOAD_BYTES=str(4 << 30), RUST_LOG="warn")
-    server = subprocess.Popen([args.server, "serve"], env=env)
-    try:
-        wait_ready("127.0.0.1", args.port, server)
-        start = time.monotonic()
-        upload = subprocess.run(
-            ["curl", "-sS", "--fail-with-body", "-F", f"file=@{path};type=text/csv",
-             f"http://127.0.0.1:{args.port}/api/uploads"],
-            check=True, capture_output=True, text=True)
-        upload_id = json.loads(upload.stdout)["id"]
-        uploaded = time.monotonic()
-        status, body = request("127.0.0.1", args.port, "POST", "/api/jobs",
-                               json.dumps({"jobType": "import", "fileGuid": upload_id,
-                                           "dataset": f"bench_{int(start)}"}),
+SCHEMA = [
+    {"name": "id", "type": "integer"}, {"name": "name", "type": "text"},
+    {"name": "email", "type": "email"}, {"name": "amount", "type": "decimal"},
+    {"name": "born", "type": "date"}, {"name": "active", "type": "boolean"},
+    {"name": "city", "type": "text"}, {"name": "country", "type": "text"},
+    {"name": "score", "type": "integer"}, {"name": "note", "type": "text"},
+]
+
+
+class Server:
+    """The release server on its own port, for one measurement (its peak RSS is the run's)."""
+
+    def __init__(self, args):
+        self.port = args.port
+        env = dict(os.environ, DATABASE_URL=args.db_url, LEPTOS_SITE_ADDR=f"127.0.0.1:{args.port}",
+                   CONVEYOR_MAX_UPLOAD_BYTES=str(4 << 30), RUST_LOG="warn")
+        self.process = subprocess.Popen([args.server, "serve"], env=env)
+        wait_ready("127.0.0.1", self.port, self.process)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.process.terminate()
+        self.process.wait(timeout=60)
+
+    def peak_rss_mb(self):
+        return peak_rss_mb(self.process.pid)
+
+    def post(self, path, body):
+        status, data = request("127.0.0.1", self.port, "POST", path, json.dumps(body),
                                {"content-type": "application/json"})
-        if status != 202:
-            sys.exit(f"creating the job answered {status}: {body!r}")
-        job = follow_until_finished("127.0.0.1", args.port, json.loads(body)["id"])
-        done = time.monotonic()
-        if job["status"] != "completed" or job["rowsOk"] != rows:
-            sys.exit(f"the import did not complete cleanly: {job}")
+        if status not in (201, 202):
+            sys.exit(f"POST {path} answered {status}: {data!r}")
+        return json.loads(data)
+
+    def upload(self, path):
+        out = subprocess.run(
+            ["curl", "-sS", "--fail-with-body", "-F", f"file=@{path}",
+             f"http://127.0.0.1:{self.port}/api/uploads"],
+            check=True, capture_output=True, text=True)
+        return json.loads(out.stdout)["id"]
+
+    def run_job(self, body, rows):
+        """Creates a job and follows it to the end; returns (job, seconds)."""
+        start = time.monotonic()
+        job = self.post("/api/jobs", body)
+        job = follow_until_finished("127.0.0.1", self.port, job["id"])
+        elapsed = time.monotonic() - start
+        done = job["rowsOk"] if job["jobType"] == "import" else job["itemProgress"]
+        if job["status"] != "completed" or done != rows:
+            sys.exit(f"the job did not complete cleanly: {job}")
+        return job, elapsed
+
+    def download(self, job, path):
+        subprocess.run(["curl", "-sS", "--fail-with-body", "-o", path,
+                        f"http://127.0.0.1:{self.port}{job['resultUrl']}"], check=True)
+
+
+def imported(args, path, rows, dataset):
+    """Upload -> completed for one file into a new typed dataset, on a fresh server."""
+    with Server(args) as server:
+        server.post("/api/datasets", {"name": dataset, "columns": SCHEMA})
+        start = time.monotonic()
+        upload_id = server.upload(path)
+        uploaded = time.monotonic()
+        _, job_s = server.run_job({"jobType": "import", "fileGuid": upload_id, "dataset": dataset},
+                                  rows)
         return {
-            "total_rps": rows / (done - start),
-            "job_rps": rows / (done - uploaded),
+            "total_rps": rows / (time.monotonic() - start),
+            "job_rps": rows / job_s,
             "upload_s": uploaded - start,
-            "job_s": done - uploaded,
-            "rss_mb": peak_rss_mb(server.pid),
+            "job_s": job_s,
+            "rss_mb": server.peak_rss_mb(),
         }
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
+
+
+def exported(args, dataset, rows, fmt, path):
+    with Server(args) as server:
+        job, seconds = server.run_job({"jobType": "export", "dataset": dataset, "format": fmt}, rows)
+        server.download(job, path)
+        return {"rps": rows / seconds, "s": seconds, "rss_mb": server.peak_rss_mb(),
+                "mb": os.path.getsize(path) / 1e6}
+
+
+def report_import(label, ours, copy_rps):
+    print(f"  {label}, upload -> completed {ours['total_rps']:>10,.0f} rows/s  "
+          f"(upload {ours['upload_s']:.1f} s + job {ours['job_s']:.1f} s)")
+    print(f"  {label}, job alone           {ours['job_rps']:>10,.0f} rows/s")
+    print(f"    ratio to COPY: whole import {ours['total_rps'] / copy_rps:.2f}, job alone "
+          f"{ours['job_rps'] / copy_rps:.2f}  (goal: >= 0.5); server peak RSS {ours['rss_mb']:,.0f} MB")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True, help="the release server binary")
     parser.add_argument("--db-url", required=True)
-    parser.add_argument("--dir", required=True, help="where the generated file is kept")
+    parser.add_argument("--dir", required=True, help="where the generated files are kept")
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--xlsx-rows", type=int, default=200_000)
     parser.add_argument("--port", type=int, default=3400)
     args = parser.parse_args()
 
     os.makedirs(args.dir, exist_ok=True)
+    run = int(time.time())
     path = os.path.abspath(os.path.join(args.dir, f"bench-{args.rows}.csv"))
     generate(path, args.rows)
     size_mb = os.path.getsize(path) / 1e6
     copy_rps, copy_s = raw_copy(args.db_url, path, args.rows)
-    ours = our_import(args, path, args.rows)
+    csv_import = imported(args, path, args.rows, f"bench_{run}")
+    csv_export = exported(args, f"bench_{run}", args.rows, "csv", os.path.join(args.dir, "export.csv"))
+
+    # The XLSX file is our own export of a smaller dataset, so no spreadsheet tool is needed.
+    small = os.path.abspath(os.path.join(args.dir, f"bench-{args.xlsx_rows}.csv"))
+    generate(small, args.xlsx_rows)
+    small_copy_rps, _ = raw_copy(args.db_url, small, args.xlsx_rows)
+    imported(args, small, args.xlsx_rows, f"bench_{run}_x")
+    xlsx = os.path.join(args.dir, f"bench-{args.xlsx_rows}.xlsx")
+    xlsx_export = exported(args, f"bench_{run}_x", args.xlsx_rows, "xlsx", xlsx)
+    xlsx_import = imported(args, xlsx, args.xlsx_rows, f"bench_{run}_xi")
 
     print()
-    print(f"CSV: {args.rows:,} rows x {len(COLUMNS)} columns, {size_mb:.0f} MB, {os.cpu_count()} cores")
-    print(f"  raw COPY (psql \\copy, typed table + primary key) {copy_rps:>10,.0f} rows/s  ({copy_s:.1f} s)")
-    print(f"  Conveyor import, upload -> completed            {ours['total_rps']:>10,.0f} rows/s  "
-          f"(upload {ours['upload_s']:.1f} s + job {ours['job_s']:.1f} s)")
-    print(f"  Conveyor job alone, created -> completed         {ours['job_rps']:>10,.0f} rows/s")
-    print(f"  ratio to COPY: whole import {ours['total_rps'] / copy_rps:.2f}, job alone "
-          f"{ours['job_rps'] / copy_rps:.2f}  (goal: >= 0.5)")
-    print(f"  server peak RSS                                 {ours['rss_mb']:>10,.0f} MB")
-    print("XLSX: not benchmarked yet: XLSX import is not implemented (issue 3).")
+    print(f"CSV: {args.rows:,} rows x {len(COLUMNS)} columns, {size_mb:.0f} MB, {os.cpu_count()} cores; "
+          "imports validate every cell against a typed schema")
+    print(f"  raw COPY (psql \\copy, typed table + primary key)  {copy_rps:>10,.0f} rows/s  ({copy_s:.1f} s)")
+    report_import("CSV import", csv_import, copy_rps)
+    print(f"  CSV export, created -> file ready  {csv_export['rps']:>10,.0f} rows/s  "
+          f"({csv_export['s']:.1f} s, {csv_export['mb']:.0f} MB, peak RSS {csv_export['rss_mb']:,.0f} MB)")
+    print(f"XLSX: {args.xlsx_rows:,} rows x {len(COLUMNS)} columns, {os.path.getsize(xlsx) / 1e6:.0f} MB")
+    print(f"  raw COPY of the same rows as CSV  {small_copy_rps:>10,.0f} rows/s")
+    report_import("XLSX import", xlsx_import, small_copy_rps)
+    print(f"  XLSX export, created -> file ready {xlsx_export['rps']:>10,.0f} rows/s  "
+          f"({xlsx_export['s']:.1f} s, peak RSS {xlsx_export['rss_mb']:,.0f} MB)")
 
 
 if __name__ == "__main__":

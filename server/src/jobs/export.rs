@@ -87,9 +87,7 @@ pub async fn chunk(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), T
     };
     let rows = exports::rows_in(pool, job.dataset_id, &range).await?;
     let count = rows.len() as i64;
-    let part = tokio::task::spawn_blocking(move || output::rows_csv(&columns, &rows))
-        .await?
-        .map_err(std::io::Error::other)?;
+    let part = tokio::task::spawn_blocking(move || output::rows_csv(&columns, &rows)).await?;
 
     let mut tx = pool.begin().await?;
     if !chunks::claim(&mut tx, job_id, chunk_no).await? {

@@ -122,21 +122,28 @@ async fn row_format(
     dataset_id: Uuid,
     plan: &Plan,
 ) -> sqlx::Result<Result<RowFormat, String>> {
-    let (declared, key) = datasets::schema(conn, dataset_id).await?;
+    let (mut declared, key) = datasets::schema(conn, dataset_id).await?;
     let columns = if declared.is_empty() {
-        let columns: Vec<Column> = plan.columns.iter().map(|name| Column::text(name)).collect();
-        datasets::adopt_columns(conn, dataset_id, &columns).await?;
-        columns
+        declared = plan.columns.iter().map(|name| Column::text(name)).collect();
+        datasets::adopt_columns(conn, dataset_id, &declared).await?;
+        declared.clone()
     } else {
         match schema::align(&plan.columns, &declared) {
             Ok(columns) => columns,
             Err(reason) => return Ok(Err(reason)),
         }
     };
+    // Every header cell names a dataset column (`align` made sure).
+    let slots = columns
+        .iter()
+        .filter_map(|column| declared.iter().position(|d| d.name == column.name))
+        .collect();
     let key = key.and_then(|key| columns.iter().position(|column| column.name == key));
     Ok(Ok(RowFormat {
         delimiter: plan.delimiter,
         columns,
+        slots,
+        width: declared.len(),
         key,
         header_row: plan.header_row,
     }))

@@ -2,7 +2,10 @@
 //! Quoted fields may hold delimiters, quotes and newlines, so chunk boundaries come from the
 //! parser's record positions, never from searching for line breaks.
 
-use std::io::{self, BufRead, BufReader, Read};
+use std::{
+    borrow::Cow,
+    io::{self, BufRead, BufReader, Read},
+};
 
 use csv::{ByteRecord, ReaderBuilder};
 
@@ -10,7 +13,7 @@ use std::collections::HashSet;
 
 use super::{
     ChunkSpan, FileError, MAX_CELL_BYTES, MAX_COLUMNS, Plan, RowError, delimiter,
-    schema::{self, Column, push_json_string},
+    schema::{self, Column},
     sniff,
 };
 
@@ -145,12 +148,15 @@ fn header(record: &ByteRecord) -> Result<Vec<String>, FileError> {
 }
 
 /// How a chunk's rows are read: the file's delimiter, the dataset column of each header cell
-/// (in file order), which of them, if any, is the dataset's unique key, and the sheet row of
-/// the header (row numbers in errors count from it).
+/// (in file order) and its place among the dataset's `width` columns (`slots`), which of them,
+/// if any, is the dataset's unique key, and the sheet row of the header (row numbers in errors
+/// count from it).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RowFormat {
     pub delimiter: u8,
     pub columns: Vec<Column>,
+    pub slots: Vec<usize>,
+    pub width: usize,
     pub key: Option<usize>,
     #[serde(default = "first_row")]
     pub header_row: i64,
@@ -160,14 +166,14 @@ fn first_row() -> i64 {
     1
 }
 
-/// One chunk's rows, parsed: good rows as JSON object text keyed by column (written straight
-/// from the fields, no intermediate maps: this is the import's hot loop) with their key values,
-/// bad rows as errors.
+/// One chunk's rows, parsed: good rows as PostgreSQL `text[]` literals holding the typed
+/// values in the dataset's column order (`{"1","Ana",NULL}`: written straight from the fields,
+/// this is the import's hot loop), with their key values; bad rows as errors.
 #[derive(Debug, Default, PartialEq)]
 pub struct ChunkRows {
     pub row_nos: Vec<i64>,
     pub rows: Vec<String>,
-    /// The key value of each row, when the dataset has a key (its JSON text).
+    /// The key value of each row, when the dataset has a key.
     pub keys: Vec<Option<String>>,
     pub errors: Vec<RowError>,
 }
@@ -176,15 +182,6 @@ pub struct ChunkRows {
 /// after the header; blank records are skipped but counted, so numbers match the sheet).
 pub fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRows {
     let mut reader = reader(bytes, format.delimiter);
-    let names: Vec<String> = format
-        .columns
-        .iter()
-        .map(|column| {
-            let mut name = String::new();
-            push_json_string(&mut name, &column.name);
-            name
-        })
-        .collect();
     let mut out = ChunkRows::default();
     let mut record = ByteRecord::new();
     let mut row_no = first_row;
@@ -192,7 +189,7 @@ pub fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRow
         match reader.read_byte_record(&mut record) {
             Ok(false) => break,
             Ok(true) if is_blank(&record) => {}
-            Ok(true) => match to_object(&record, format, &names) {
+            Ok(true) => match to_cells(&record, format) {
                 Ok((object, key)) => {
                     out.row_nos.push(row_no);
                     out.rows.push(object);
@@ -247,11 +244,10 @@ fn preview(field: &[u8]) -> String {
 /// Why a row failed: the index of the column at fault, if one is, and a message.
 type FieldError = (Option<usize>, String);
 
-/// The record as a JSON object and its key value; `names` are the columns as JSON strings.
-fn to_object(
+/// The record as a `text[]` literal of typed values in dataset column order, and its key value.
+fn to_cells(
     record: &ByteRecord,
     format: &RowFormat,
-    names: &[String],
 ) -> Result<(String, Option<String>), FieldError> {
     let columns = &format.columns;
     if record.len() != columns.len() {
@@ -260,11 +256,8 @@ fn to_object(
             format!("expected {} fields, found {}", columns.len(), record.len()),
         ));
     }
-    let mut object = String::with_capacity(
-        record.as_slice().len() + names.iter().map(String::len).sum::<usize>() + 4 * names.len(),
-    );
+    let mut values: Vec<Option<Cow<'_, str>>> = vec![None; format.width];
     let mut key = None;
-    object.push('{');
     for (i, (field, column)) in record.iter().zip(columns).enumerate() {
         if field.len() > MAX_CELL_BYTES {
             return Err((
@@ -275,33 +268,49 @@ fn to_object(
         let text = std::str::from_utf8(field)
             .map_err(|_| (Some(i), format!("{}: not UTF-8 text", column.name)))?;
         if text.contains('\0') {
-            // PostgreSQL text and jsonb cannot hold NUL.
+            // PostgreSQL text cannot hold NUL.
             return Err((
                 Some(i),
                 format!("{}: contains a NUL character", column.name),
             ));
         }
-        if i > 0 {
-            object.push(',');
-        }
-        object.push_str(&names[i]);
-        object.push(':');
-        let start = object.len();
-        schema::to_json(column, text, &mut object).map_err(|message| (Some(i), message))?;
+        let value = schema::typed(column, text).map_err(|message| (Some(i), message))?;
         if format.key == Some(i) {
-            // Never "null": the key column is required (`schema::check_schema`).
-            key = Some(object[start..].to_owned());
+            // Never empty: the key column is required (`schema::check_schema`).
+            key = value.as_deref().map(str::to_owned);
+        }
+        values[format.slots[i]] = value;
+    }
+    let mut literal = String::with_capacity(record.as_slice().len() + 3 * format.width + 2);
+    literal.push('{');
+    for (i, value) in values.iter().enumerate() {
+        if i > 0 {
+            literal.push(',');
+        }
+        match value {
+            None => literal.push_str("NULL"),
+            Some(text) => push_array_element(&mut literal, text),
         }
     }
-    object.push('}');
-    Ok((object, key))
+    literal.push('}');
+    Ok((literal, key))
+}
+
+/// Appends a quoted element of an array literal: `"` and `\` escaped with a backslash.
+fn push_array_element(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    use serde_json::Value;
 
     fn plan(text: &str, chunk_rows: usize) -> Plan {
         scan(text.as_bytes(), chunk_rows).expect("scans")
@@ -312,29 +321,86 @@ mod tests {
         let format = RowFormat {
             delimiter,
             columns: names.iter().map(|n| Column::text(n)).collect(),
+            slots: (0..names.len()).collect(),
+            width: names.len(),
             key: None,
             header_row: 1,
         };
         parse_chunk(bytes, &format, first_row)
     }
 
-    fn row(parsed: &ChunkRows, i: usize) -> Value {
-        serde_json::from_str(&parsed.rows[i]).expect("rows are JSON")
+    /// Row `i`'s values, read back from its array literal.
+    fn row(parsed: &ChunkRows, i: usize) -> Vec<Option<String>> {
+        let literal = &parsed.rows[i];
+        let inner = &literal[1..literal.len() - 1];
+        let mut values = Vec::new();
+        let mut chars = inner.chars().peekable();
+        while chars.peek().is_some() {
+            if chars.peek() == Some(&'N') {
+                chars.by_ref().take(4).for_each(drop);
+                values.push(None);
+            } else {
+                assert_eq!(chars.next(), Some('"'));
+                let mut value = String::new();
+                while let Some(c) = chars.next() {
+                    match c {
+                        '\\' => value.extend(chars.next()),
+                        '"' => break,
+                        c => value.push(c),
+                    }
+                }
+                values.push(Some(value));
+            }
+            chars.next_if_eq(&',');
+        }
+        values
+    }
+
+    fn some(value: &str) -> Option<String> {
+        Some(value.to_owned())
     }
 
     #[test]
-    fn rows_are_json_objects_whatever_their_text() {
+    fn rows_are_array_literals_whatever_their_text() {
         let columns = ["a \"quoted\" name".to_owned(), "b".to_owned()];
         let parsed = parse(
-            "\"x\\y\ttab\",\"line\nbreak \u{1} é\"\n".as_bytes(),
+            "\"x\\y\ttab\",\"line\nbreak \u{1} \"\"é\"\n".as_bytes(),
             b',',
             &columns,
             1,
         );
         assert_eq!(
-            row(&parsed, 0),
-            serde_json::json!({ "a \"quoted\" name": "x\\y\ttab", "b": "line\nbreak \u{1} é" })
+            parsed.rows[0],
+            "{\"x\\\\y\ttab\",\"line\nbreak \u{1} \\\"é\"}"
         );
+        assert_eq!(
+            row(&parsed, 0),
+            [some("x\\y\ttab"), some("line\nbreak \u{1} \"é")]
+        );
+    }
+
+    #[test]
+    fn values_take_their_dataset_column_places() {
+        let column = |name: &str, kind| Column {
+            name: name.into(),
+            kind,
+            required: false,
+        };
+        // The file has "n,label"; the dataset is (label, extra, n).
+        let format = RowFormat {
+            delimiter: b',',
+            columns: vec![
+                column("n", schema::ColumnType::Integer),
+                column("label", schema::ColumnType::Text),
+            ],
+            slots: vec![2, 0],
+            width: 3,
+            key: Some(0),
+            header_row: 1,
+        };
+        let parsed = parse_chunk(b" 007,seven\n", &format, 1);
+        assert_eq!(row(&parsed, 0), [some("seven"), None, some("7")]);
+        assert_eq!(parsed.keys, [some("7")]);
     }
 
     #[test]
@@ -362,9 +428,7 @@ mod tests {
             let parsed = parse(bytes, plan.delimiter, &plan.columns, span.first_row);
             assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
             assert_eq!(parsed.rows.len(), span.row_count as usize);
-            ids.extend(
-                (0..parsed.rows.len()).map(|i| row(&parsed, i)["id"].as_str().unwrap().to_owned()),
-            );
+            ids.extend((0..parsed.rows.len()).map(|i| row(&parsed, i)[0].clone().unwrap()));
         }
         assert_eq!(ids, ["1", "2", "3", "4", "5"]);
         let second = parse(
@@ -373,7 +437,7 @@ mod tests {
             &plan.columns,
             1,
         );
-        assert_eq!(row(&second, 1)["note"], "two\nlines, and \"quotes\"");
+        assert_eq!(row(&second, 1)[1], some("two\nlines, and \"quotes\""));
         assert_eq!(second.row_nos, [1, 2]);
     }
 
@@ -429,8 +493,8 @@ mod tests {
             &plan.columns,
             span.first_row,
         );
-        assert_eq!(row(&parsed, 0)["note"], "a, b");
-        assert_eq!(row(&parsed, 1)["note"], "quoted\ttab");
+        assert_eq!(row(&parsed, 0)[1], some("a, b"));
+        assert_eq!(row(&parsed, 1)[1], some("quoted\ttab"));
     }
 
     #[test]

@@ -7,13 +7,12 @@
 //! ([`super::report::neutralize`]); numbers, booleans and dates never start with one.
 
 use std::{
-    collections::HashMap,
+    borrow::Cow,
     io::{Read, Write},
 };
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime};
 use rust_xlsxwriter::{Format, Workbook, XlsxError};
-use serde_json::value::RawValue;
 
 use super::{
     report::neutralize,
@@ -33,33 +32,22 @@ pub fn header_csv(columns: &[Column]) -> Vec<u8> {
     writer.into_inner().unwrap_or_default()
 }
 
-/// Dataset rows (JSON object text) as CSV records in the columns' order: numbers exactly as
-/// stored, booleans as `true`/`false`, null as empty, text neutralised.
-pub fn rows_csv(columns: &[Column], rows: &[String]) -> Result<Vec<u8>, serde_json::Error> {
+/// Dataset rows (values in column order, as stored) as CSV records: null as empty, text
+/// neutralised.
+pub fn rows_csv(columns: &[Column], rows: &[Vec<Option<String>>]) -> Vec<u8> {
     let mut writer = csv::Writer::from_writer(Vec::with_capacity(rows.len() * 64));
-    let mut record = Vec::with_capacity(columns.len());
     for row in rows {
-        let fields: HashMap<&str, &RawValue> = serde_json::from_str(row)?;
-        record.clear();
-        for column in columns {
-            let text = match fields.get(column.name.as_str()).map(|raw| raw.get()) {
-                None | Some("null") => String::new(),
-                Some(raw) if raw.starts_with('"') => {
-                    let text: String = serde_json::from_str(raw)?;
-                    match column.kind {
-                        ColumnType::Text | ColumnType::Email => neutralize(&text).into_owned(),
-                        _ => text,
-                    }
-                }
-                // Numbers and booleans, as stored.
-                Some(raw) => raw.to_owned(),
-            };
-            record.push(text);
-        }
+        let record = columns.iter().enumerate().map(|(i, column)| {
+            let value = row.get(i).and_then(Option::as_deref).unwrap_or("");
+            match column.kind {
+                ColumnType::Text | ColumnType::Email => neutralize(value),
+                _ => Cow::Borrowed(value),
+            }
+        });
         // Writing to a Vec cannot fail.
-        let _ = writer.write_record(&record);
+        let _ = writer.write_record(record.map(|cell| cell.into_owned()));
     }
-    Ok(writer.into_inner().unwrap_or_default())
+    writer.into_inner().unwrap_or_default()
 }
 
 /// Reads CSV (a header, then records) and writes it as an XLSX workbook with one sheet, typing
@@ -162,11 +150,19 @@ mod tests {
 
     #[test]
     fn rows_become_csv_with_text_neutralised_and_numbers_exact() {
+        let cells = |values: &[Option<&str>]| values.iter().map(|v| v.map(str::to_owned)).collect();
         let rows = [
-            r#"{"name":"=HYPERLINK(\"x\")","n":-5,"amount":12345678901234567890.25,"ok":true,"day":"2024-01-15","at":"2024-01-15T10:30:00Z"}"#.to_owned(),
-            r#"{"name":"plain, with comma","n":null}"#.to_owned(),
+            cells(&[
+                Some("=HYPERLINK(\"x\")"),
+                Some("-5"),
+                Some("12345678901234567890.25"),
+                Some("true"),
+                Some("2024-01-15"),
+                Some("2024-01-15T10:30:00Z"),
+            ]),
+            cells(&[Some("plain, with comma"), None]),
         ];
-        let csv = String::from_utf8(rows_csv(&columns(), &rows).unwrap()).unwrap();
+        let csv = String::from_utf8(rows_csv(&columns(), &rows)).unwrap();
         assert_eq!(
             csv,
             "\"'=HYPERLINK(\"\"x\"\")\",-5,12345678901234567890.25,true,2024-01-15,2024-01-15T10:30:00Z\n\

@@ -2,7 +2,10 @@
 //! and how each cell's text becomes a typed JSON value (or a message for the person).
 
 pub use app::model::{Column, ColumnType};
+use std::borrow::Cow;
+
 use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
+use serde_json::Value;
 
 use super::MAX_COLUMNS;
 
@@ -91,8 +94,11 @@ pub fn align(header: &[String], columns: &[Column]) -> Result<Vec<Column>, Strin
         .collect())
 }
 
-/// A cell as JSON text: `null` for an empty optional cell, else the typed value.
-pub fn to_json(column: &Column, cell: &str, out: &mut String) -> Result<(), String> {
+/// A cell's value in its canonical text form (`None` for an empty optional cell): integers and
+/// decimals without signs or zeros that add nothing, booleans as `true`/`false`, dates as
+/// `2024-12-31`, timestamps in RFC 3339 UTC. Rows are stored as these texts; [`to_json`] gives
+/// them their JSON type back.
+pub fn typed<'a>(column: &Column, cell: &'a str) -> Result<Option<Cow<'a, str>>, String> {
     let cell = if column.kind == ColumnType::Text {
         cell
     } else {
@@ -102,15 +108,14 @@ pub fn to_json(column: &Column, cell: &str, out: &mut String) -> Result<(), Stri
         if column.required {
             return Err(format!("{}: a value is required", column.name));
         }
-        out.push_str("null");
-        return Ok(());
+        return Ok(None);
     }
     let bad = |what: &str| format!("{}: \"{}\" is not {what}", column.name, shorten(cell));
-    match column.kind {
-        ColumnType::Text => push_json_string(out, cell),
+    let value = match column.kind {
+        ColumnType::Text => Cow::Borrowed(cell),
         ColumnType::Integer => {
             let n: i64 = cell.parse().map_err(|_| bad("a whole number"))?;
-            out.push_str(&n.to_string());
+            Cow::Owned(n.to_string())
         }
         ColumnType::Decimal => {
             let number = cell.strip_prefix('+').unwrap_or(cell);
@@ -128,28 +133,27 @@ pub fn to_json(column: &Column, cell: &str, out: &mut String) -> Result<(), Stri
                     column.name
                 ));
             }
-            // JSON has no leading zeros or bare dots; PostgreSQL keeps the digits exactly.
+            // As JSON writes numbers: no leading zeros, no bare dot; the digits kept exactly.
             let int = int.trim_start_matches('0');
+            let mut out = String::with_capacity(digits.len() + 2);
             out.push_str(if number.starts_with('-') { "-" } else { "" });
             out.push_str(if int.is_empty() { "0" } else { int });
             if !frac.is_empty() {
                 out.push('.');
                 out.push_str(frac);
             }
+            Cow::Owned(out)
         }
-        ColumnType::Boolean => {
-            let value = match cell.to_ascii_lowercase().as_str() {
-                "true" | "yes" | "y" | "1" => "true",
-                "false" | "no" | "n" | "0" => "false",
-                _ => return Err(bad("true or false")),
-            };
-            out.push_str(value);
-        }
+        ColumnType::Boolean => Cow::Borrowed(match cell.to_ascii_lowercase().as_str() {
+            "true" | "yes" | "y" | "1" => "true",
+            "false" | "no" | "n" | "0" => "false",
+            _ => return Err(bad("true or false")),
+        }),
         ColumnType::Date => {
             let date = NaiveDate::parse_from_str(cell, "%Y-%m-%d")
                 .or_else(|_| NaiveDate::parse_from_str(cell, "%Y/%m/%d"))
                 .map_err(|_| bad("a date like 2024-12-31"))?;
-            push_json_string(out, &date.format("%Y-%m-%d").to_string());
+            Cow::Owned(date.format("%Y-%m-%d").to_string())
         }
         ColumnType::Timestamp => {
             let at = DateTime::parse_from_rfc3339(cell)
@@ -162,7 +166,7 @@ pub fn to_json(column: &Column, cell: &str, out: &mut String) -> Result<(), Stri
                         .ok_or(())
                 })
                 .map_err(|_| bad("a timestamp like 2024-12-31 23:59:00"))?;
-            push_json_string(out, &at.to_rfc3339_opts(SecondsFormat::AutoSi, true));
+            Cow::Owned(at.to_rfc3339_opts(SecondsFormat::AutoSi, true))
         }
         ColumnType::Email => {
             let valid = cell.split_once('@').is_some_and(|(local, domain)| {
@@ -175,10 +179,23 @@ pub fn to_json(column: &Column, cell: &str, out: &mut String) -> Result<(), Stri
             if !valid {
                 return Err(bad("an email address"));
             }
-            push_json_string(out, cell);
+            Cow::Borrowed(cell)
         }
-    }
-    Ok(())
+    };
+    Ok(Some(value))
+}
+
+/// A stored value (from [`typed`]) as JSON: numbers and booleans as such, the rest as strings.
+pub fn to_json(kind: ColumnType, value: Option<&str>) -> Value {
+    let Some(text) = value else {
+        return Value::Null;
+    };
+    let typed = match kind {
+        ColumnType::Integer | ColumnType::Decimal => text.parse::<serde_json::Number>().ok(),
+        ColumnType::Boolean => return Value::Bool(text == "true"),
+        _ => None,
+    };
+    typed.map_or_else(|| Value::String(text.to_owned()), Value::Number)
 }
 
 fn shorten(cell: &str) -> String {
@@ -186,23 +203,6 @@ fn shorten(cell: &str) -> String {
         Some((at, _)) => format!("{}…", &cell[..at]),
         None => cell.to_owned(),
     }
-}
-
-/// Appends `text` as a JSON string literal.
-pub fn push_json_string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c < ' ' => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]
@@ -218,19 +218,22 @@ mod tests {
     }
 
     fn json(kind: ColumnType, cell: &str) -> Result<String, String> {
-        let mut out = String::new();
-        to_json(&col(kind, false), cell, &mut out).map(|()| out)
+        let value = typed(&col(kind, false), cell)?;
+        Ok(to_json(kind, value.as_deref()).to_string())
     }
 
     #[test]
-    fn cells_become_typed_json() {
+    fn cells_become_typed_values() {
         use ColumnType::*;
         assert_eq!(json(Text, " a \"b\" ").unwrap(), "\" a \\\"b\\\" \"");
         assert_eq!(json(Text, "").unwrap(), "null");
         assert_eq!(json(Integer, " -42 ").unwrap(), "-42");
-        assert_eq!(json(Decimal, "0012.50").unwrap(), "12.50");
-        assert_eq!(json(Decimal, "-.5").unwrap(), "-0.5");
-        assert_eq!(json(Decimal, "+3").unwrap(), "3");
+        // Decimals are stored with every digit (JSON readers may round them).
+        let stored = |cell| typed(&col(Decimal, false), cell).unwrap().unwrap();
+        assert_eq!(stored("0012.50"), "12.50");
+        assert_eq!(stored("-.5"), "-0.5");
+        assert_eq!(stored("+3"), "3");
+        assert_eq!(json(Decimal, "-0.5").unwrap(), "-0.5");
         assert_eq!(json(Boolean, "Yes").unwrap(), "true");
         assert_eq!(json(Boolean, "0").unwrap(), "false");
         assert_eq!(json(Date, "2024/02/29").unwrap(), "\"2024-02-29\"");
@@ -270,9 +273,8 @@ mod tests {
         assert!(json(Email, "ana@localhost").is_err());
         assert!(json(Email, "a b@example.com").is_err());
         assert!(json(Boolean, "maybe").is_err());
-        let mut out = String::new();
         assert_eq!(
-            to_json(&col(Text, true), "", &mut out).unwrap_err(),
+            typed(&col(Text, true), "").unwrap_err(),
             "c: a value is required"
         );
     }

@@ -7,6 +7,8 @@ use uuid::Uuid;
 
 use app::model::{Column, DatasetView};
 
+use crate::spreadsheet::schema;
+
 #[derive(sqlx::FromRow)]
 struct DatasetRow {
     name: String,
@@ -124,7 +126,7 @@ pub async fn adopt_columns(
     Ok(())
 }
 
-/// Writes one chunk's good rows (JSON object text) with `COPY`, the fastest way into
+/// Writes one chunk's good rows (`text[]` literals) with `COPY`, the fastest way into
 /// PostgreSQL, inside the caller's transaction.
 pub async fn insert_rows(
     conn: &mut PgConnection,
@@ -146,7 +148,7 @@ pub async fn insert_rows(
         data.push(b'\n');
     }
     let mut copy = conn
-        .copy_in_raw("copy dataset_rows (dataset_id, job_id, row_no, data) from stdin")
+        .copy_in_raw("copy dataset_rows (dataset_id, job_id, row_no, cells) from stdin")
         .await?;
     copy.send(data).await?;
     copy.finish().await?;
@@ -167,13 +169,13 @@ pub async fn upsert_rows(
 ) -> sqlx::Result<i64> {
     sqlx::query_scalar(
         "with written as (
-             insert into dataset_rows (dataset_id, job_id, row_no, key, data)
-             select $1, $2, u.row_no, u.key, u.data
-             from unnest($3::bigint[], $4::text[], $5::jsonb[]) as u (row_no, key, data)
+             insert into dataset_rows (dataset_id, job_id, row_no, key, cells)
+             select $1, $2, u.row_no, u.key, u.cells::text[]
+             from unnest($3::bigint[], $4::text[], $5::text[]) as u (row_no, key, cells)
              -- One lock order for every writer, so concurrent upserts cannot deadlock.
              order by u.key
              on conflict (dataset_id, key) where key is not null do update
-                 set job_id = excluded.job_id, row_no = excluded.row_no, data = excluded.data
+                 set job_id = excluded.job_id, row_no = excluded.row_no, cells = excluded.cells
                  where (dataset_rows.job_id, dataset_rows.row_no) < (excluded.job_id, excluded.row_no)
              returning xmax = 0 as inserted
          )
@@ -188,9 +190,8 @@ pub async fn upsert_rows(
     .await
 }
 
-/// Escapes a value for COPY's text format. JSON text never holds raw control characters (they
-/// are escaped inside strings), so doubling the backslash is all it needs; the others are
-/// handled anyway so the function is right for any text.
+/// Escapes a value for COPY's text format: backslashes doubled, line breaks and tabs (which
+/// text cells may hold) written as escapes.
 fn copy_text_escape(out: &mut Vec<u8>, text: &str) {
     for byte in text.bytes() {
         match byte {
@@ -217,11 +218,13 @@ pub async fn rows(
     after: Option<RowCursor>,
     limit: i64,
 ) -> sqlx::Result<Option<(Vec<Value>, Option<RowCursor>)>> {
-    let Some(dataset_id) = id_of(&mut *pool.acquire().await?, name).await? else {
+    let mut conn = pool.acquire().await?;
+    let Some(dataset_id) = id_of(&mut conn, name).await? else {
         return Ok(None);
     };
-    let page: Vec<(Uuid, i64, Value)> = sqlx::query_as(
-        "select job_id, row_no, data from dataset_rows
+    let (columns, _) = schema(&mut conn, dataset_id).await?;
+    let page: Vec<(Uuid, i64, Vec<Option<String>>)> = sqlx::query_as(
+        "select job_id, row_no, cells from dataset_rows
          where dataset_id = $1 and ($2::uuid is null or (job_id, row_no) > ($2, $3))
          order by job_id, row_no
          limit $4",
@@ -230,7 +233,7 @@ pub async fn rows(
     .bind(after.map(|c| c.job_id))
     .bind(after.map_or(0, |c| c.row_no))
     .bind(limit)
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await?;
     let next = (page.len() as i64 == limit)
         .then(|| {
@@ -240,10 +243,24 @@ pub async fn rows(
             })
         })
         .flatten();
-    Ok(Some((
-        page.into_iter().map(|(_, _, data)| data).collect(),
-        next,
-    )))
+    let rows = page
+        .into_iter()
+        .map(|(_, _, cells)| to_object(&columns, &cells))
+        .collect();
+    Ok(Some((rows, next)))
+}
+
+/// A stored row as a JSON object keyed by column name, values typed by the column.
+fn to_object(columns: &[Column], cells: &[Option<String>]) -> Value {
+    let object = columns
+        .iter()
+        .enumerate()
+        .map(|(i, column)| {
+            let cell = cells.get(i).and_then(Option::as_deref);
+            (column.name.clone(), schema::to_json(column.kind, cell))
+        })
+        .collect();
+    Value::Object(object)
 }
 
 #[cfg(test)]

@@ -91,14 +91,14 @@ pub async fn pending_range(
     .await
 }
 
-/// The rows of a range as JSON object text, in key order.
+/// The rows of a range (their values in dataset column order), in key order.
 pub async fn rows_in(
     pool: &PgPool,
     dataset_id: Uuid,
     range: &RowRange,
-) -> sqlx::Result<Vec<String>> {
+) -> sqlx::Result<Vec<Vec<Option<String>>>> {
     sqlx::query_scalar(
-        "select data::text from dataset_rows
+        "select cells from dataset_rows
          where dataset_id = $1 and (job_id, row_no) between ($2, $3) and ($4, $5)
          order by job_id, row_no",
     )
