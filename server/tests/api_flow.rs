@@ -251,3 +251,33 @@ async fn tab_and_semicolon_separated_files_are_recognised() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn stored_files_read_back_by_any_byte_range() {
+    use server::store::uploads;
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    // Two and a half parts of bytes that tell their own position.
+    let bytes: Vec<u8> = (0..uploads::PART_BYTES * 5 / 2)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    let upload = server.upload("positions.bin", bytes.clone()).await;
+    let id: uuid::Uuid = upload["id"].as_str().unwrap().parse().unwrap();
+    let part = uploads::PART_BYTES as u64;
+    let len = bytes.len() as u64;
+    for (start, end) in [
+        (0, 10),
+        (part - 3, part + 5),
+        (part, 2 * part),
+        (10, len),
+        (2 * part + 1, len),
+        (5, 5),
+    ] {
+        let read = uploads::read_range(&db.pool, id, start, end).await.unwrap();
+        assert!(
+            read == bytes[start as usize..end as usize],
+            "bytes {start}..{end} read back wrong"
+        );
+    }
+    server.stop().await;
+}

@@ -18,27 +18,46 @@ pub struct RowRange {
 }
 
 /// Cuts the dataset's rows, in key order, into ranges of `chunk_rows`: one pass over the
-/// primary key that keeps only each range's first and last row.
+/// primary key that returns only the rows where a range starts or ends.
 pub async fn plan_ranges(
     conn: &mut PgConnection,
     dataset_id: Uuid,
     chunk_rows: i64,
 ) -> sqlx::Result<Vec<RowRange>> {
-    sqlx::query_as(
-        "select min(n) as first_row, count(*)::int as row_count,
-                (array_agg(job_id order by n))[1] as from_job,
-                (array_agg(row_no order by n))[1] as from_row,
-                (array_agg(job_id order by n desc))[1] as to_job,
-                (array_agg(row_no order by n desc))[1] as to_row
-         from (select job_id, row_no, row_number() over (order by job_id, row_no) as n
-               from dataset_rows where dataset_id = $1) numbered
-         group by (n - 1) / $2
-         order by first_row",
+    let edges: Vec<(i64, Uuid, i64, bool)> = sqlx::query_as(
+        "select n, job_id, row_no, last
+         from (select job_id, row_no,
+                      row_number() over keys as n,
+                      lead(row_no) over keys is null as last
+               from dataset_rows where dataset_id = $1
+               window keys as (order by job_id, row_no)) numbered
+         where (n - 1) % $2 = 0 or n % $2 = 0 or last
+         order by n",
     )
     .bind(dataset_id)
     .bind(chunk_rows)
     .fetch_all(conn)
-    .await
+    .await?;
+    let mut ranges = Vec::with_capacity(edges.len() / 2 + 1);
+    let mut open: Option<(i64, Uuid, i64)> = None;
+    for (n, job_id, row_no, last) in edges {
+        if (n - 1) % chunk_rows == 0 {
+            open = Some((n, job_id, row_no));
+        }
+        if n % chunk_rows == 0 || last {
+            if let Some((first_row, from_job, from_row)) = open.take() {
+                ranges.push(RowRange {
+                    first_row,
+                    row_count: (n - first_row + 1) as i32,
+                    from_job,
+                    from_row,
+                    to_job: job_id,
+                    to_row: row_no,
+                });
+            }
+        }
+    }
+    Ok(ranges)
 }
 
 pub async fn insert_chunks(

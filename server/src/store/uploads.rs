@@ -148,26 +148,25 @@ pub async fn read_range(pool: &PgPool, id: Uuid, start: u64, end: u64) -> sqlx::
     if end <= start {
         return Ok(Vec::new());
     }
-    let part_len = PART_BYTES as u64;
-    let (first, last) = (start / part_len, (end - 1) / part_len);
-    let parts: Vec<Vec<u8>> = sqlx::query_scalar(
-        "select data from upload_parts
-         where upload_id = $1 and part_no between $2 and $3 order by part_no",
+    let part_len = PART_BYTES as i64;
+    let (start, end) = (start as i64, end as i64);
+    // Only the range's slice of each part leaves the database: parts are stored uncompressed
+    // (`storage external`), so PostgreSQL reads just the TOAST pages the slice covers.
+    let slices: Vec<Vec<u8>> = sqlx::query_scalar(
+        "select substring(data
+                          from (greatest($2 - part_no * $4, 0) + 1)::int
+                          for (least($3 - part_no * $4, $4) - greatest($2 - part_no * $4, 0))::int)
+         from upload_parts
+         where upload_id = $1 and part_no between $2 / $4 and ($3 - 1) / $4
+         order by part_no",
     )
     .bind(id)
-    .bind(first as i32)
-    .bind(last as i32)
+    .bind(start)
+    .bind(end)
+    .bind(part_len)
     .fetch_all(pool)
     .await?;
-    // Copy just the range out of each part: one buffer of the range's size.
-    let mut bytes = Vec::with_capacity((end - start) as usize);
-    for (i, part) in parts.iter().enumerate() {
-        let part_start = (first + i as u64) * part_len;
-        let from = start.saturating_sub(part_start).min(part.len() as u64) as usize;
-        let to = (end - part_start).min(part.len() as u64) as usize;
-        bytes.extend_from_slice(&part[from..to.max(from)]);
-    }
-    Ok(bytes)
+    Ok(slices.concat())
 }
 
 /// Removes a file (a sheet converted twice by racing plan runs keeps only one copy).
