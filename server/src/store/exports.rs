@@ -44,17 +44,17 @@ pub async fn plan_ranges(
         if (n - 1) % chunk_rows == 0 {
             open = Some((n, job_id, row_no));
         }
-        if n % chunk_rows == 0 || last {
-            if let Some((first_row, from_job, from_row)) = open.take() {
-                ranges.push(RowRange {
-                    first_row,
-                    row_count: (n - first_row + 1) as i32,
-                    from_job,
-                    from_row,
-                    to_job: job_id,
-                    to_row: row_no,
-                });
-            }
+        if (n % chunk_rows == 0 || last)
+            && let Some((first_row, from_job, from_row)) = open.take()
+        {
+            ranges.push(RowRange {
+                first_row,
+                row_count: (n - first_row + 1) as i32,
+                from_job,
+                from_row,
+                to_job: job_id,
+                to_row: row_no,
+            });
         }
     }
     Ok(ranges)
