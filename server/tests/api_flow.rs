@@ -281,3 +281,47 @@ async fn stored_files_read_back_by_any_byte_range() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn uploads_over_the_limit_get_a_413_and_huge_cells_are_row_errors() {
+    let db = TestDb::new().await;
+    let server = TestServer::start_with_upload_limit(&db, Some(worker_args(100)), 1 << 20).await;
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(vec![b'x'; 2 << 20]).file_name("big.csv"),
+    );
+    let response = server
+        .client
+        .post(server.url("/api/uploads"))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "The file is larger than the upload limit of 1.0 MB."
+    );
+    server.stop().await;
+
+    // A 10 MB cell is one bad row, not a failed job.
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    let huge = format!("id,note\n1,ok\n2,{}\n3,ok\n", "x".repeat(10 << 20));
+    let job = server.import("huge.csv", huge.into_bytes(), "huge").await;
+    let done = server.finished(job.id).await;
+    assert_eq!(
+        (done.status, done.rows_ok, done.rows_failed),
+        (JobStatus::Completed, 2, 1)
+    );
+    let errors: Value = server
+        .get_json(&format!("/api/jobs/{}/errors", job.id))
+        .await;
+    assert_eq!(errors["errors"][0]["rowNo"], 3);
+    assert_eq!(
+        errors["errors"][0]["message"],
+        "note: the value is larger than 1 MiB"
+    );
+    server.stop().await;
+}

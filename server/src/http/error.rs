@@ -73,9 +73,7 @@ impl From<sqlx::Error> for ApiError {
 impl From<UploadError> for ApiError {
     fn from(err: UploadError) -> Self {
         match err {
-            UploadError::TooLarge { .. } => {
-                Self::TooLarge(format!("The file is too large: {err}."))
-            }
+            UploadError::TooLarge { limit } => Self::file_too_large(limit),
             UploadError::Empty => Self::Invalid("The file is empty.".into()),
             UploadError::Body(_) => Self::BadRequest(format!("The upload failed: {err}.")),
             UploadError::Database(err) => err.into(),
@@ -93,6 +91,17 @@ impl From<CreateError> for ApiError {
             CreateError::Database(err) => err.into(),
             CreateError::Queue(err) => Self::Internal(err.into()),
         }
+    }
+}
+
+impl ApiError {
+    /// The 413 for an upload over the limit, saying what the limit is.
+    pub fn file_too_large(limit: usize) -> Self {
+        let mb = limit as f64 / 1e6;
+        Self::TooLarge(format!(
+            "The file is larger than the upload limit of {} MB.",
+            if mb >= 10.0 { format!("{mb:.0}") } else { format!("{mb:.1}") }
+        ))
     }
 }
 

@@ -7,14 +7,21 @@ use axum::{
 };
 
 use super::{AppState, error::ApiError, session::Owner};
-use crate::store::uploads::{self, Upload};
+use futures::TryStreamExt;
+
+use crate::store::uploads::{self, Upload, UploadError};
 
 pub async fn create(
     State(state): State<AppState>,
     Extension(owner): Extension<Owner>,
     mut multipart: Multipart,
 ) -> Result<(StatusCode, Json<Upload>), ApiError> {
-    while let Some(field) = multipart.next_field().await.map_err(multipart_error)? {
+    let limit = state.max_upload_bytes;
+    while let Some(field) = multipart
+        .next_field()
+        .await
+        .map_err(|err| multipart_error(err, limit))?
+    {
         if field.name() != Some("file") {
             continue;
         }
@@ -25,8 +32,11 @@ pub async fn create(
             &owner.0,
             &filename,
             content_type.as_deref(),
-            state.max_upload_bytes,
-            std::pin::pin!(field),
+            limit,
+            std::pin::pin!(field.map_err(|err| match multipart_error(err, limit) {
+                ApiError::TooLarge(_) => UploadError::TooLarge { limit },
+                other => UploadError::Body(other.to_string()),
+            })),
         )
         .await?;
         tracing::info!(upload = %upload.id, size = upload.size, "file uploaded");
@@ -37,9 +47,9 @@ pub async fn create(
     ))
 }
 
-fn multipart_error(err: MultipartError) -> ApiError {
+fn multipart_error(err: MultipartError, limit: usize) -> ApiError {
     if err.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::TooLarge("The file is larger than the upload limit.".into())
+        ApiError::file_too_large(limit)
     } else {
         ApiError::BadRequest(format!(
             "The upload could not be read: {}.",

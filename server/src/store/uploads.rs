@@ -30,6 +30,13 @@ pub enum UploadError {
     Database(#[from] sqlx::Error),
 }
 
+/// A stream that breaks off is an interrupted upload.
+impl From<std::io::Error> for UploadError {
+    fn from(err: std::io::Error) -> Self {
+        UploadError::Body(err.to_string())
+    }
+}
+
 /// Stores a file from a stream of byte chunks, all or nothing (one transaction).
 pub async fn save<S, B, E>(
     pool: &PgPool,
@@ -42,7 +49,7 @@ pub async fn save<S, B, E>(
 where
     S: Stream<Item = Result<B, E>> + Unpin,
     B: AsRef<[u8]>,
-    E: std::fmt::Display,
+    E: Into<UploadError>,
 {
     let id = Uuid::now_v7();
     let mut tx = pool.begin().await?;
@@ -62,7 +69,7 @@ where
     let mut part_no = 0i32;
     let mut size = 0usize;
     while let Some(bytes) = body.next().await {
-        let bytes = bytes.map_err(|e| UploadError::Body(e.to_string()))?;
+        let bytes = bytes.map_err(Into::into)?;
         let mut bytes = bytes.as_ref();
         size += bytes.len();
         if size > max_bytes {

@@ -87,11 +87,19 @@ pub struct TestServer {
 impl TestServer {
     /// Starts the server; with `workers: None` it runs no workers (the test controls them).
     pub async fn start(db: &TestDb, workers: Option<WorkerArgs>) -> Self {
+        Self::start_with_upload_limit(db, workers, 64 << 20).await
+    }
+
+    pub async fn start_with_upload_limit(
+        db: &TestDb,
+        workers: Option<WorkerArgs>,
+        max_upload_bytes: usize,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().unwrap());
         let args = ServeArgs {
             no_workers: workers.is_none(),
-            max_upload_bytes: 64 << 20,
+            max_upload_bytes,
             worker: workers.unwrap_or_default(),
         };
         let shutdown = CancellationToken::new();
