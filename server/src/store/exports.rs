@@ -117,15 +117,19 @@ pub async fn rows_in(
     range: &RowRange,
 ) -> sqlx::Result<Vec<Vec<Option<String>>>> {
     sqlx::query_scalar(
+        // The limit is also what makes the planner walk the primary key for just this range
+        // (without it, right after a bulk import, stale statistics can pick a full scan).
         "select cells from dataset_rows
          where dataset_id = $1 and (job_id, row_no) between ($2, $3) and ($4, $5)
-         order by job_id, row_no",
+         order by job_id, row_no
+         limit $6",
     )
     .bind(dataset_id)
     .bind(range.from_job)
     .bind(range.from_row)
     .bind(range.to_job)
     .bind(range.to_row)
+    .bind(i64::from(range.row_count))
     .fetch_all(pool)
     .await
 }
