@@ -100,7 +100,11 @@ impl ApiError {
         let mb = limit as f64 / 1e6;
         Self::TooLarge(format!(
             "The file is larger than the upload limit of {} MB.",
-            if mb >= 10.0 { format!("{mb:.0}") } else { format!("{mb:.1}") }
+            if mb >= 10.0 {
+                format!("{mb:.0}")
+            } else {
+                format!("{mb:.1}")
+            }
         ))
     }
 }
