@@ -26,15 +26,9 @@ fn people_schema() -> Value {
 async fn a_declared_schema_types_rows_and_a_key_updates_them() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, Some(worker_args(2))).await;
-    let post = |body: Value| {
-        server
-            .client
-            .post(server.url("/api/datasets"))
-            .json(&body)
-            .send()
-    };
+    let post = |body: Value| server.post_json("/api/datasets", body);
 
-    let created = post(people_schema()).await.unwrap();
+    let created = post(people_schema()).await;
     assert_eq!(created.status(), StatusCode::CREATED);
     let dataset: Value = server.get_json("/api/datasets/people").await;
     assert_eq!(dataset["key"], "id");
@@ -42,13 +36,8 @@ async fn a_declared_schema_types_rows_and_a_key_updates_them() {
         dataset["columns"][0],
         json!({ "name": "id", "type": "integer", "required": true })
     );
-    assert_eq!(
-        post(people_schema()).await.unwrap().status(),
-        StatusCode::CONFLICT
-    );
-    let bad_key = post(json!({ "name": "x", "key": "nope", "columns": [{ "name": "a" }] }))
-        .await
-        .unwrap();
+    assert_eq!(post(people_schema()).await.status(), StatusCode::CONFLICT);
+    let bad_key = post(json!({ "name": "x", "key": "nope", "columns": [{ "name": "a" }] })).await;
     assert_eq!(bad_key.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let list: Value = server.get_json("/api/datasets").await;
     assert_eq!(list["datasets"][0]["name"], "people");

@@ -34,34 +34,24 @@ fn ledger_csv() -> Vec<u8> {
     csv.into_bytes()
 }
 
-async fn post(server: &TestServer, path: &str, body: Value) -> reqwest::Response {
-    server
-        .client
-        .post(server.url(path))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-}
-
 async fn ledger(server: &TestServer) {
-    let created = post(
-        server,
-        "/api/datasets",
-        json!({
-            "name": "ledger",
-            "key": "id",
-            "columns": [
-                { "name": "id", "type": "integer" },
-                { "name": "note", "type": "text" },
-                { "name": "amount", "type": "decimal" },
-                { "name": "paid", "type": "boolean" },
-                { "name": "due", "type": "date" },
-                { "name": "at", "type": "timestamp" }
-            ]
-        }),
-    )
-    .await;
+    let created = server
+        .post_json(
+            "/api/datasets",
+            json!({
+                "name": "ledger",
+                "key": "id",
+                "columns": [
+                    { "name": "id", "type": "integer" },
+                    { "name": "note", "type": "text" },
+                    { "name": "amount", "type": "decimal" },
+                    { "name": "paid", "type": "boolean" },
+                    { "name": "due", "type": "date" },
+                    { "name": "at", "type": "timestamp" }
+                ]
+            }),
+        )
+        .await;
     assert_eq!(created.status(), StatusCode::CREATED);
     let job = server.import("ledger.csv", ledger_csv(), "ledger").await;
     let done = server.finished(job.id).await;
@@ -72,12 +62,12 @@ async fn ledger(server: &TestServer) {
 }
 
 async fn export(server: &TestServer, dataset: &str, format: &str) -> JobView {
-    let response = post(
-        server,
-        "/api/jobs",
-        json!({ "jobType": "export", "dataset": dataset, "format": format }),
-    )
-    .await;
+    let response = server
+        .post_json(
+            "/api/jobs",
+            json!({ "jobType": "export", "dataset": dataset, "format": format }),
+        )
+        .await;
     assert_eq!(response.status(), StatusCode::ACCEPTED);
     let job: JobView = response.json().await.unwrap();
     server.finished(job.id).await
@@ -174,12 +164,12 @@ async fn a_dataset_exports_as_a_typed_xlsx_workbook() {
 async fn empty_unknown_and_unfinished_exports_are_clear() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, Some(worker_args(100))).await;
-    let created = post(
-        &server,
-        "/api/datasets",
-        json!({ "name": "blank", "columns": [{ "name": "a" }, { "name": "b" }] }),
-    )
-    .await;
+    let created = server
+        .post_json(
+            "/api/datasets",
+            json!({ "name": "blank", "columns": [{ "name": "a" }, { "name": "b" }] }),
+        )
+        .await;
     assert_eq!(created.status(), StatusCode::CREATED);
 
     let job = export(&server, "blank", "csv").await;
@@ -190,12 +180,12 @@ async fn empty_unknown_and_unfinished_exports_are_clear() {
     let (_, _, bytes) = download(&server, &job).await;
     assert_eq!(bytes, b"a,b\n");
 
-    let unknown = post(
-        &server,
-        "/api/jobs",
-        json!({ "jobType": "export", "dataset": "nope", "format": "csv" }),
-    )
-    .await;
+    let unknown = server
+        .post_json(
+            "/api/jobs",
+            json!({ "jobType": "export", "dataset": "nope", "format": "csv" }),
+        )
+        .await;
     assert_eq!(unknown.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let body: Value = unknown.json().await.unwrap();
     assert!(
@@ -204,12 +194,12 @@ async fn empty_unknown_and_unfinished_exports_are_clear() {
             .unwrap()
             .contains("no dataset")
     );
-    let bad_format = post(
-        &server,
-        "/api/jobs",
-        json!({ "jobType": "export", "dataset": "blank", "format": "pdf" }),
-    )
-    .await;
+    let bad_format = server
+        .post_json(
+            "/api/jobs",
+            json!({ "jobType": "export", "dataset": "blank", "format": "pdf" }),
+        )
+        .await;
     assert_eq!(bad_format.status(), StatusCode::UNPROCESSABLE_ENTITY);
 
     // An import has no result file.
@@ -230,9 +220,7 @@ async fn empty_unknown_and_unfinished_exports_are_clear() {
 async fn the_error_report_downloads_as_xlsx() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, Some(worker_args(100))).await;
-    let created = post(
-        &server,
-        "/api/datasets",
+    let created = server.post_json("/api/datasets",
         json!({ "name": "nums", "columns": [{ "name": "n", "type": "integer" }, { "name": "label" }] }),
     )
     .await;
@@ -261,5 +249,45 @@ async fn the_error_report_downloads_as_xlsx() {
     assert_eq!(sheet.get((0, 2)), Some(&Data::String("_error".into())));
     assert_eq!(sheet.get((1, 0)), Some(&Data::String("x".into())));
     assert_eq!(sheet.get((1, 1)), Some(&Data::String("'=bad".into())));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_export_fails_clearly_when_the_dataset_changes_under_it() {
+    use server::jobs::{Engine, export};
+    let db = TestDb::new().await;
+    // No workers: the test runs the export's tasks itself, with an import in between.
+    let server = TestServer::start(&db, None).await;
+    let importing = TestServer::start(&db, Some(worker_args(100))).await;
+    ledger(&importing).await;
+    importing.stop().await;
+
+    let response = server
+        .post_json(
+            "/api/jobs",
+            json!({ "jobType": "export", "dataset": "ledger", "format": "csv" }),
+        )
+        .await;
+    let job: JobView = response.json().await.unwrap();
+    let engine = Engine {
+        pool: db.pool.clone(),
+        chunk_rows: 100,
+    };
+    export::plan(&engine, job.id).await.unwrap();
+    // A re-import moves a row of the first planned range to its own, newer key.
+    sqlx::query("delete from dataset_rows where row_no = 50")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    export::chunk(&engine, job.id, 1).await.unwrap();
+    export::chunk(&engine, job.id, 2).await.unwrap();
+    export::chunk(&engine, job.id, 0).await.unwrap();
+    let last = server.job(job.id).await;
+    assert_eq!(last.status, JobStatus::Failed);
+    assert!(
+        last.error
+            .unwrap()
+            .contains("changed while it was being exported")
+    );
     server.stop().await;
 }

@@ -44,13 +44,7 @@ fn orders_xlsx() -> Vec<u8> {
 }
 
 async fn create_dataset(server: &TestServer, body: Value) {
-    let response = server
-        .client
-        .post(server.url("/api/datasets"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let response = server.post_json("/api/datasets", body).await;
     assert_eq!(response.status(), StatusCode::CREATED);
 }
 

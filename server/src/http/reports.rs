@@ -20,7 +20,11 @@ use super::{
 };
 use crate::{
     jobs::{export::XLSX_TYPE, pipe},
-    spreadsheet::{output, report, schema::Column},
+    spreadsheet::{
+        output::{self, LongText, MAX_XLSX_ROWS},
+        report,
+        schema::Column,
+    },
     store::{errors, jobs},
 };
 
@@ -78,10 +82,18 @@ pub async fn xlsx(
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (id, filename) = existing_job(&state, id).await?;
+    let failed = jobs::find(&state.pool, id)
+        .await?
+        .map_or(0, |job| job.rows_failed);
+    if failed > MAX_XLSX_ROWS {
+        return Err(ApiError::Invalid(format!(
+            "The report has {failed} rows, more than an Excel sheet holds: download it as CSV."
+        )));
+    }
     let (width, csv) = report_csv(&state, id).await?;
     let columns: Vec<Column> = (0..width).map(|i| Column::text(&i.to_string())).collect();
     let (body, work) = pipe::convert(Box::pin(csv), move |input, out| {
-        output::csv_to_xlsx(&columns, "errors", input, out).map(drop)
+        output::csv_to_xlsx(&columns, "errors", LongText::Cut, input, out).map(drop)
     });
     tokio::spawn(async move {
         if let Ok(Err(err)) = work.await {

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
-use super::{Engine, TaskError, pipe::PartWriter};
+use super::{Engine, TaskError, export::CSV_TYPE, pipe::PartWriter};
 use crate::{
     spreadsheet::{
         FileError,
@@ -78,12 +78,22 @@ pub async fn source(
         pool,
         &job.owner,
         &filename,
-        Some("text/csv"),
+        Some(CSV_TYPE),
         usize::MAX,
         ReceiverStream::new(parts_rx),
     );
     let (saved, converted) = tokio::join!(save, convert);
-    let converted = match converted? {
+    let converted = match converted {
+        Ok(converted) => converted,
+        // calamine panicked on this file: it would on every try.
+        Err(err) if err.is_panic() => {
+            return Ok(Err(FileError::NotCsv(
+                "The workbook could not be read; it may be damaged.".into(),
+            )));
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let converted = match converted {
         Ok(converted) => converted,
         Err(ScanError::File(reason)) => return Ok(Err(reason)),
         Err(ScanError::Io(err)) => return Err(err.into()),

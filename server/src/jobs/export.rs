@@ -19,11 +19,12 @@ use super::{
     queue::{self, TaskMsg},
 };
 use crate::{
-    spreadsheet::output::{self, MAX_XLSX_ROWS},
+    spreadsheet::output::{self, LongText, MAX_XLSX_ROWS},
     store::{
         chunks, datasets, exports,
         jobs::{self, ChunkCounts},
-        notify, uploads,
+        notify,
+        uploads::{self, UploadError},
     },
 };
 
@@ -39,7 +40,8 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
         // Finished or cancelled before it started.
         return Ok(());
     };
-    let ranges = exports::plan_ranges(&mut tx, job.dataset_id, engine.chunk_rows as i64).await?;
+    let chunk_rows = engine.chunk_rows.max(1) as i64;
+    let ranges = exports::plan_ranges(&mut tx, job.dataset_id, chunk_rows).await?;
     let rows: i64 = ranges.iter().map(|r| i64::from(r.row_count)).sum();
     if job.format == "xlsx" && rows > MAX_XLSX_ROWS {
         tx.rollback().await?;
@@ -86,6 +88,13 @@ pub async fn chunk(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), T
         datasets::schema(&mut conn, job.dataset_id).await?.0
     };
     let rows = exports::rows_in(pool, job.dataset_id, &range).await?;
+    if rows.len() != range.row_count as usize {
+        // An import wrote into the range, or a re-import moved rows out of it, since the
+        // plan: a file written now would silently miss or repeat rows.
+        let reason = "The dataset changed while it was being exported (an import wrote to it). \
+                      Export it again.";
+        return super::fail(pool, job_id, reason).await;
+    }
     let count = rows.len() as i64;
     let part = tokio::task::spawn_blocking(move || output::rows_csv(&columns, &rows)).await?;
 
@@ -133,7 +142,7 @@ pub async fn finish(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     let saved = if job.format == "xlsx" {
         let sheet = sheet_name(&job.dataset);
         let (xlsx, written) = pipe::convert(csv, move |input, out| {
-            output::csv_to_xlsx(&columns, &sheet, input, out).map(drop)
+            output::csv_to_xlsx(&columns, &sheet, LongText::Refuse, input, out).map(drop)
         });
         let save = uploads::save(
             pool,
@@ -144,6 +153,11 @@ pub async fn finish(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
             xlsx,
         );
         let (saved, written) = tokio::join!(save, written);
+        // Storing the file failed first (the writer then only saw a broken pipe): retry.
+        let saved = match saved {
+            Err(UploadError::Database(err)) => return Err(err.into()),
+            other => other,
+        };
         match written? {
             Ok(()) => {}
             Err(XlsxError::IoError(err)) => return Err(err.into()),

@@ -14,6 +14,9 @@
 //! - A chunk task ([`chunk`]) writes its rows, marks the chunk done and adds to the job's
 //!   counters in one transaction that does nothing if the chunk is already done: a redelivered,
 //!   duplicated or re-run task counts once. The last chunk of a sealed job completes it.
+//! - An export ([`export`]) runs the same states with its own tasks: plan (key ranges of the
+//!   dataset), one chunk task per range (rendered rows, behind the same done-gate), and a finish
+//!   task that assembles the file and completes the job.
 //! - Every transition names the state it expects and sends `job_progress` (see
 //!   [`crate::store::notify`]).
 

@@ -113,7 +113,7 @@ fn read<R: Read>(reader: &mut csv::Reader<R>, record: &mut ByteRecord) -> Result
 }
 
 /// Column names from the header row: trimmed, a UTF-8 byte order mark dropped, blanks named
-/// `column_N`; duplicates are refused because rows are stored as objects keyed by name.
+/// `column_N`; duplicates are refused because a dataset's columns are known by name.
 fn header(record: &ByteRecord) -> Result<Vec<String>, FileError> {
     if record.len() > MAX_COLUMNS {
         return Err(FileError::TooWide {

@@ -25,6 +25,15 @@ pub const MAX_XLSX_ROWS: i64 = 1_048_575;
 /// The most characters an Excel cell holds.
 pub const MAX_XLSX_CELL_CHARS: usize = 32_767;
 
+/// What to do with text longer than an Excel cell holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LongText {
+    /// Fail (`XlsxError::MaxStringLengthExceeded`): an export must not lose data.
+    Refuse,
+    /// Cut it, ending with `…`: a report only has to show the value.
+    Cut,
+}
+
 /// The header record.
 pub fn header_csv(columns: &[Column]) -> Vec<u8> {
     let mut writer = csv::Writer::from_writer(Vec::new());
@@ -57,6 +66,7 @@ pub fn rows_csv(columns: &[Column], rows: &[Vec<Option<String>>]) -> Vec<u8> {
 pub fn csv_to_xlsx(
     columns: &[Column],
     sheet_name: &str,
+    long_text: LongText,
     input: impl Read,
     out: impl Write + Send,
 ) -> Result<u64, XlsxError> {
@@ -74,7 +84,10 @@ pub fn csv_to_xlsx(
     let mut row = 0u32;
     while reader
         .read_record(&mut record)
-        .map_err(|e| XlsxError::ParameterError(format!("reading rows: {e}")))?
+        .map_err(|err| match err.into_kind() {
+            csv::ErrorKind::Io(io) => XlsxError::IoError(io),
+            other => XlsxError::ParameterError(format!("reading rows: {other:?}")),
+        })?
     {
         for (col, text) in record.iter().enumerate() {
             let col = col as u16;
@@ -87,9 +100,9 @@ pub fn csv_to_xlsx(
                 continue;
             }
             match kind {
-                Some(ColumnType::Integer | ColumnType::Decimal) => match text.parse::<f64>() {
-                    Ok(number) => sheet.write_number(row, col, number)?,
-                    Err(_) => sheet.write_string(row, col, text)?,
+                Some(ColumnType::Integer | ColumnType::Decimal) => match exact_number(text) {
+                    Some(number) => sheet.write_number(row, col, number)?,
+                    None => sheet.write_string(row, col, text)?,
                 },
                 Some(ColumnType::Boolean) => match text {
                     "true" => sheet.write_boolean(row, col, true)?,
@@ -104,13 +117,30 @@ pub fn csv_to_xlsx(
                     Some(at) => sheet.write_datetime_with_format(row, col, at, &timestamp)?,
                     None => sheet.write_string(row, col, text)?,
                 },
-                _ => sheet.write_string(row, col, text)?,
+                _ => match long_text {
+                    LongText::Cut if text.chars().nth(MAX_XLSX_CELL_CHARS).is_some() => {
+                        let cut: String = text.chars().take(MAX_XLSX_CELL_CHARS - 1).collect();
+                        sheet.write_string(row, col, cut + "…")?
+                    }
+                    _ => sheet.write_string(row, col, text)?,
+                },
             };
         }
         row += 1;
+        if row as i64 > MAX_XLSX_ROWS + 1 {
+            return Err(XlsxError::RowColumnLimitError);
+        }
     }
     book.save_to_writer(out)?;
     Ok(u64::from(row.saturating_sub(1)))
+}
+
+/// The number, if a spreadsheet can hold it exactly: Excel keeps 15 significant digits, so a
+/// longer number is written as text rather than silently rounded.
+fn exact_number(text: &str) -> Option<f64> {
+    let digits = text.trim_start_matches(['-', '+']).replace('.', "");
+    let significant = digits.trim_start_matches('0').len();
+    (significant <= 15).then(|| text.parse().ok()).flatten()
 }
 
 fn excel_date(text: &str) -> Option<NaiveDate> {
@@ -177,7 +207,14 @@ mod tests {
                    '=1+1,-5,2.5,true,2024-01-15,2024-01-15T10:30:00Z\n\
                    Rui,x,,false,,\n";
         let mut out = Vec::new();
-        let rows = csv_to_xlsx(&columns(), "people", csv.as_bytes(), &mut out).unwrap();
+        let rows = csv_to_xlsx(
+            &columns(),
+            "people",
+            LongText::Refuse,
+            csv.as_bytes(),
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(rows, 2);
         let mut book = Xlsx::new(std::io::Cursor::new(out)).unwrap();
         let range = book.worksheet_range("people").unwrap();
@@ -192,5 +229,31 @@ mod tests {
         assert_eq!(at.to_string(), "2024-01-15 10:30:00");
         // Not a number in a number column: kept as text, not lost.
         assert_eq!(range.get((2, 1)), Some(&Data::String("x".into())));
+    }
+
+    #[test]
+    fn numbers_excel_would_round_and_text_it_cannot_hold() {
+        assert_eq!(exact_number("-0.5"), Some(-0.5));
+        assert_eq!(exact_number("123456789012345"), Some(123456789012345.0));
+        assert_eq!(
+            exact_number("0.000123456789012345"),
+            Some(0.000123456789012345)
+        );
+        assert_eq!(exact_number("12345678901234567890.25"), None);
+
+        let long = "y".repeat(MAX_XLSX_CELL_CHARS + 10);
+        let csv = format!("name\n{long}\n");
+        let text = [columns()[0].clone()];
+        let err = csv_to_xlsx(&text, "s", LongText::Refuse, csv.as_bytes(), Vec::new());
+        assert!(matches!(err, Err(XlsxError::MaxStringLengthExceeded)));
+        let mut out = Vec::new();
+        csv_to_xlsx(&text, "s", LongText::Cut, csv.as_bytes(), &mut out).unwrap();
+        let mut book = Xlsx::new(std::io::Cursor::new(out)).unwrap();
+        let cell = book.worksheet_range("s").unwrap().get((1, 0)).cloned();
+        let Some(Data::String(cut)) = cell else {
+            panic!("a text cell, not {cell:?}")
+        };
+        assert_eq!(cut.chars().count(), MAX_XLSX_CELL_CHARS);
+        assert!(cut.ends_with('…'));
     }
 }

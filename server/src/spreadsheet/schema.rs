@@ -1,5 +1,6 @@
 //! Dataset schemas: the column types a dataset declares, how a file's header must match them,
-//! and how each cell's text becomes a typed JSON value (or a message for the person).
+//! how each cell's text becomes a typed value in canonical text (or a message for the person),
+//! and how a stored value becomes JSON again.
 
 pub use app::model::{Column, ColumnType};
 use std::borrow::Cow;

@@ -117,8 +117,9 @@ pub async fn rows_in(
     range: &RowRange,
 ) -> sqlx::Result<Vec<Vec<Option<String>>>> {
     sqlx::query_scalar(
-        // The limit is also what makes the planner walk the primary key for just this range
-        // (without it, right after a bulk import, stale statistics can pick a full scan).
+        // The limit (one more than planned, to see a range that grew) also makes the planner
+        // walk the primary key for just this range: without it, right after a bulk import,
+        // stale statistics can pick a full scan.
         "select cells from dataset_rows
          where dataset_id = $1 and (job_id, row_no) between ($2, $3) and ($4, $5)
          order by job_id, row_no
@@ -129,7 +130,7 @@ pub async fn rows_in(
     .bind(range.from_row)
     .bind(range.to_job)
     .bind(range.to_row)
-    .bind(i64::from(range.row_count))
+    .bind(i64::from(range.row_count) + 1)
     .fetch_all(pool)
     .await
 }

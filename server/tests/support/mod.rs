@@ -172,6 +172,16 @@ impl TestServer {
         response.json().await.unwrap()
     }
 
+    /// `POST path` with a JSON body.
+    pub async fn post_json(&self, path: &str, body: Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
     pub async fn job(&self, id: Uuid) -> JobView {
         self.get_json(&format!("/api/jobs/{id}")).await
     }
