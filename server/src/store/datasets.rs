@@ -224,8 +224,15 @@ pub async fn rows(
     };
     let (columns, _) = schema(&mut conn, dataset_id).await?;
     let page: Vec<(Uuid, i64, Vec<Option<String>>)> = sqlx::query_as(
-        "select job_id, row_no, cells from dataset_rows
-         where dataset_id = $1 and ($2::uuid is null or (job_id, row_no) > ($2, $3))
+        // Two branches, each walking the primary key from the right place (a row comparison
+        // `(job_id, row_no) > (…)` would be positioned by `job_id` alone: slow for deep pages).
+        "(select job_id, row_no, cells from dataset_rows
+          where dataset_id = $1 and job_id = $2 and row_no > $3
+          order by row_no limit $4)
+         union all
+         (select job_id, row_no, cells from dataset_rows
+          where dataset_id = $1 and ($2::uuid is null or job_id > $2)
+          order by job_id, row_no limit $4)
          order by job_id, row_no
          limit $4",
     )
