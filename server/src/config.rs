@@ -25,6 +25,16 @@ pub enum Command {
     Worker(WorkerArgs),
     /// Apply database migrations and exit.
     Migrate,
+    /// Convert a workbook on stdin to CSV on stdout (workers run this in a memory-limited
+    /// child process; see `jobs::convert`).
+    Convert(ConvertArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ConvertArgs {
+    /// The sheet to convert (default: the first with a value).
+    #[arg(long)]
+    pub sheet: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -66,6 +76,9 @@ pub struct WorkerArgs {
     /// its tasks are handed to live workers.
     #[arg(long, env = "CONVEYOR_HEARTBEAT_SECS", default_value_t = 5)]
     pub heartbeat_secs: u64,
+    /// The program whose `convert` command turns workbooks into CSV (default: this one).
+    #[arg(long, env = "CONVEYOR_CONVERTER")]
+    pub converter: Option<std::path::PathBuf>,
 }
 
 impl Default for WorkerArgs {
@@ -74,6 +87,7 @@ impl Default for WorkerArgs {
             concurrency: 2,
             chunk_rows: DEFAULT_CHUNK_ROWS,
             heartbeat_secs: 5,
+            converter: None,
         }
     }
 }

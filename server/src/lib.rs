@@ -53,16 +53,18 @@ pub async fn serve(
         .await
         .context("serving HTTP")?;
     if let Some(workers) = workers {
-        workers.await?;
+        workers.await??;
     }
     Ok(())
 }
 
 /// Runs workers until `shutdown` fires.
-pub async fn work(pool: PgPool, args: WorkerArgs, shutdown: CancellationToken) {
-    let engine = Engine {
-        pool,
-        chunk_rows: args.chunk_rows,
-    };
+pub async fn work(
+    pool: PgPool,
+    args: WorkerArgs,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let engine = Engine::new(pool, &args).context("finding this program, to convert workbooks")?;
     jobs::worker::run(engine, &args, shutdown).await;
+    Ok(())
 }

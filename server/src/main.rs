@@ -1,4 +1,4 @@
-//! `server [serve|worker|migrate]`: see [`server::config::Cli`].
+//! `server [serve|worker|migrate|convert]`: see [`server::config::Cli`].
 
 use anyhow::Context;
 use clap::Parser;
@@ -6,15 +6,22 @@ use server::config::{Cli, Command, ServeArgs};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Some(Command::Convert(args)) = &cli.command {
+        // A child of a worker: no runtime, no database, no logs; stdout is the CSV.
+        std::process::exit(server::jobs::convert::child(args));
+    }
+    tokio::runtime::Runtime::new()?.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,apalis=warn")),
         )
         .init();
-    let cli = Cli::parse();
     let url = cli
         .database
         .database_url
@@ -31,7 +38,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Migrate => {
             tracing::info!("migrations applied");
         }
-        Command::Worker(args) => server::work(pool, args, shutdown).await,
+        Command::Worker(args) => server::work(pool, args, shutdown).await?,
+        Command::Convert(_) => unreachable!("handled before the runtime starts"),
         Command::Serve(args) => {
             let addr = server::http::leptos_options().site_addr;
             let listener = tokio::net::TcpListener::bind(addr)

@@ -6,17 +6,14 @@ mod support;
 
 use app::model::JobStatus;
 use server::jobs::{Engine, chunk, plan};
-use support::{TestDb, TestServer, WorkerProcess, csv, stored_rows};
+use support::{TestDb, TestServer, WorkerProcess, csv, stored_rows, worker_args};
 
 #[tokio::test]
 async fn a_chunk_processed_twice_counts_once() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
     let job = server.import("twice.csv", csv(1000), "twice").await;
-    let engine = Engine {
-        pool: db.pool.clone(),
-        chunk_rows: 100,
-    };
+    let engine = Engine::new(db.pool.clone(), &worker_args(100)).unwrap();
 
     plan::run(&engine, job.id).await.unwrap();
     plan::run(&engine, job.id).await.unwrap(); // a re-delivered plan is a no-op

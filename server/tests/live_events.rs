@@ -20,10 +20,7 @@ async fn events_go_waiting_then_running_then_completed() {
 
     // Plan the job by hand: it is then running, and stays so until chunks run, so the running
     // state is certain to be pushed (a whole fast import could fit in one coalescing window).
-    let engine = Engine {
-        pool: db.pool.clone(),
-        chunk_rows: 200,
-    };
+    let engine = Engine::new(db.pool.clone(), &worker_args(200)).unwrap();
     plan::run(&engine, job.id).await.unwrap();
     let mut rest = events.until(|job| job.status != JobStatus::Waiting).await;
     assert_eq!(rest.last().unwrap().job.status, JobStatus::Running);
@@ -70,7 +67,7 @@ async fn events_go_waiting_then_running_then_completed() {
     assert_eq!(resumed.job, *done);
 
     stop_workers.cancel();
-    workers.await.unwrap();
+    workers.await.unwrap().unwrap();
     server.stop().await;
 }
 

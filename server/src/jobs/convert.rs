@@ -1,16 +1,27 @@
 //! The first step of planning a workbook import: turn the chosen sheet into a CSV upload, which
 //! the rest of the plan and every chunk then read like any CSV file.
 //!
-//! The conversion runs on a blocking thread and streams its output through a channel into a
-//! new upload (one transaction), so a sheet of any length costs the same memory. A conversion
-//! that fails tells the upload's writer, which rolls back: no half sheet is ever stored.
+//! The conversion runs in a child process (`server convert`) under a virtual-memory limit
+//! ([`CHILD_MEMORY_KB`]): calamine reads XLS and ODS sheets whole, sized by what the file
+//! declares, and a hostile file could otherwise make it allocate until the worker (and an HTTP
+//! server sharing its process) dies. The child reads the workbook on stdin and writes CSV on
+//! stdout, which streams into a new upload (one transaction); its last stderr line says how it
+//! went. Anything but a clean exit rolls the upload back: no half sheet is ever stored.
 
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use std::{
+    io::{self, Read, Write},
+    process::Stdio,
+};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use serde::{Deserialize, Serialize};
+use tokio::{io::AsyncReadExt, io::AsyncWriteExt, process::Command};
+use tokio_util::io::ReaderStream;
 use uuid::Uuid;
 
-use super::{Engine, TaskError, export::CSV_TYPE, pipe::PartWriter};
+use super::{Engine, TaskError, export::CSV_TYPE};
 use crate::{
+    config::ConvertArgs,
     spreadsheet::{
         FileError,
         csv::ScanError,
@@ -22,11 +33,22 @@ use crate::{
     },
 };
 
+/// The child's address-space limit: the workbook (≤ 256 MB), calamine's cells and headroom.
+const CHILD_MEMORY_KB: u64 = 3 << 20;
+
 /// What the plan reads next: the upload itself, or the CSV a workbook sheet became.
 pub struct Source {
     pub upload_id: Uuid,
     /// The sheet row of the header (1 for a CSV file).
     pub header_row: i64,
+}
+
+/// The child's report, its last line on stderr.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+enum Outcome {
+    Converted { sheet: String, header_row: i64 },
+    Refused { reason: String },
 }
 
 /// The CSV this job's chunks will read, converting a workbook sheet when that has not been
@@ -60,54 +82,87 @@ pub async fn source(
             MAX_WORKBOOK_BYTES >> 20
         ))));
     }
-    let bytes = uploads::read_range(pool, job.upload_id, 0, upload.size as u64).await?;
 
-    let (parts_tx, parts_rx) = mpsc::channel(2);
-    let sheet = job.sheet.clone();
-    let convert = tokio::task::spawn_blocking(move || {
-        let mut out = PartWriter::new(parts_tx);
-        let converted = workbook::to_csv(bytes, sheet.as_deref(), &mut out);
-        match &converted {
-            Ok(_) => out.finish()?,
-            Err(err) => out.abort(&err.to_string()),
+    // `sh` sets the limit, then becomes the converter: `$0` is the program, `$1` the limit.
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(r#"ulimit -v "$1" && shift && exec "$0" convert "$@""#)
+        .arg(&engine.converter)
+        .arg(CHILD_MEMORY_KB.to_string());
+    if let Some(sheet) = &job.sheet {
+        command.arg("--sheet").arg(sheet);
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Err(io::Error::other("the converter's pipes are missing").into());
+    };
+
+    let feed = async move {
+        let mut parts = std::pin::pin!(uploads::stream(pool.clone(), job.upload_id));
+        while let Some(part) = parts.next().await {
+            // A closed pipe means the child stopped early; its exit says why.
+            if stdin.write_all(&part?).await.is_err() {
+                break;
+            }
         }
-        converted
+        Ok::<_, TaskError>(())
+    };
+    let report = async move {
+        let mut text = String::new();
+        (&mut stderr)
+            .take(64 << 10)
+            .read_to_string(&mut text)
+            .await
+            .map(|_| text)
+    };
+    // The CSV, then one more item once the child has exited: an error unless it succeeded,
+    // so that a child that died half-way never leaves a stored upload.
+    let exited = stream::once(async move {
+        match child.wait().await {
+            Ok(status) if status.success() => Ok(tokio_util::bytes::Bytes::new()),
+            Ok(status) => Err(io::Error::other(format!(
+                "the converter ended with {status}"
+            ))),
+            Err(err) => Err(err),
+        }
     });
-    let filename = format!("{}.csv", upload.filename);
-    let save = uploads::save(
-        pool,
-        &job.owner,
-        &filename,
-        Some(CSV_TYPE),
-        usize::MAX,
-        ReceiverStream::new(parts_rx),
+    let csv = std::pin::pin!(
+        ReaderStream::new(stdout)
+            .chain(exited)
+            .map_err(UploadError::from)
     );
-    let (saved, converted) = tokio::join!(save, convert);
-    let converted = match converted {
-        Ok(converted) => converted,
-        // calamine panicked on this file: it would on every try.
-        Err(err) if err.is_panic() => {
+    let filename = format!("{}.csv", upload.filename);
+    let save = uploads::save(pool, &job.owner, &filename, Some(CSV_TYPE), usize::MAX, csv);
+    let (fed, report, saved) = tokio::join!(feed, report, save);
+    fed?;
+    let outcome = report?
+        .lines()
+        .last()
+        .and_then(|line| serde_json::from_str::<Outcome>(line).ok());
+    let (sheet, header_row, saved) = match (outcome, saved) {
+        (Some(Outcome::Refused { reason }), _) => return Ok(Err(FileError::NotCsv(reason))),
+        (_, Err(UploadError::Database(err))) => return Err(err.into()),
+        (Some(Outcome::Converted { sheet, header_row }), Ok(saved)) => (sheet, header_row, saved),
+        // Killed (out of memory, most likely) or crashed: the same would happen again.
+        _ => {
             return Ok(Err(FileError::NotCsv(
-                "The workbook could not be read; it may be damaged.".into(),
+                "The workbook could not be read: it is damaged, or reading it would take more \
+                 memory than a spreadsheet of its size should."
+                    .into(),
             )));
         }
-        Err(err) => return Err(err.into()),
-    };
-    let converted = match converted {
-        Ok(converted) => converted,
-        Err(ScanError::File(reason)) => return Ok(Err(reason)),
-        Err(ScanError::Io(err)) => return Err(err.into()),
-    };
-    let saved = match saved {
-        Ok(saved) => saved,
-        Err(UploadError::Database(err)) => return Err(err.into()),
-        Err(UploadError::Empty) => return Ok(Err(FileError::Empty)),
-        Err(other) => return Err(std::io::Error::other(other.to_string()).into()),
     };
 
     let mut conn = pool.acquire().await?;
-    let header_row = converted.header_row;
-    if !jobs::set_converted(&mut conn, job_id, saved.id, &converted.sheet, header_row).await? {
+    if !jobs::set_converted(&mut conn, job_id, saved.id, &sheet, header_row).await? {
         // Another run of this plan converted the sheet first; use that copy.
         uploads::delete(pool, saved.id).await?;
         let job = jobs::import_job(&mut conn, job_id)
@@ -118,9 +173,48 @@ pub async fn source(
             header_row: job.header_row.unwrap_or(1),
         }));
     }
-    tracing::info!(%job_id, sheet = converted.sheet, bytes = saved.size, "sheet converted to CSV");
+    tracing::info!(%job_id, sheet, bytes = saved.size, "sheet converted to CSV");
     Ok(Ok(Source {
         upload_id: saved.id,
         header_row,
     }))
+}
+
+/// `server convert`: the workbook on stdin, its sheet as CSV on stdout, the [`Outcome`] as the
+/// last line on stderr. Returns the exit code: 0 converted, 2 refused, 1 broken pipe.
+pub fn child(args: &ConvertArgs) -> i32 {
+    let mut bytes = Vec::new();
+    let read = io::stdin()
+        .take(MAX_WORKBOOK_BYTES + 1)
+        .read_to_end(&mut bytes);
+    if let Err(err) = read {
+        eprintln!("reading the workbook: {err}");
+        return 1;
+    }
+    let mut out = io::BufWriter::with_capacity(1 << 20, io::stdout().lock());
+    let result = workbook::to_csv(bytes, args.sheet.as_deref(), &mut out);
+    let (outcome, code) = match result.and_then(|converted| Ok((converted, out.flush()?))) {
+        Ok((converted, ())) => (
+            Outcome::Converted {
+                sheet: converted.sheet,
+                header_row: converted.header_row,
+            },
+            0,
+        ),
+        Err(ScanError::File(reason)) => (
+            Outcome::Refused {
+                reason: reason.to_string(),
+            },
+            2,
+        ),
+        Err(ScanError::Io(err)) => {
+            eprintln!("writing the CSV: {err}");
+            return 1;
+        }
+    };
+    eprintln!(
+        "{}",
+        serde_json::to_string(&outcome).expect("outcomes always serialize")
+    );
+    code
 }

@@ -21,7 +21,7 @@
 //!   [`crate::store::notify`]).
 
 pub mod chunk;
-mod convert;
+pub mod convert;
 pub mod create;
 mod error;
 pub mod export;
@@ -30,11 +30,16 @@ pub mod plan;
 pub mod queue;
 pub mod worker;
 
+use std::path::PathBuf;
+
 pub use error::TaskError;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::store::{jobs, notify};
+use crate::{
+    config::WorkerArgs,
+    store::{jobs, notify},
+};
 
 /// What every task needs.
 #[derive(Clone)]
@@ -42,6 +47,22 @@ pub struct Engine {
     pub pool: PgPool,
     /// Rows per chunk when a job is planned.
     pub chunk_rows: usize,
+    /// The program run as `<converter> convert` to turn a workbook into CSV.
+    pub converter: PathBuf,
+}
+
+impl Engine {
+    pub fn new(pool: PgPool, args: &WorkerArgs) -> std::io::Result<Self> {
+        let converter = match &args.converter {
+            Some(path) => path.clone(),
+            None => std::env::current_exe()?,
+        };
+        Ok(Self {
+            pool,
+            chunk_rows: args.chunk_rows,
+            converter,
+        })
+    }
 }
 
 /// Fails a job for good, with a reason for the person who started it (a task that cannot

@@ -7,9 +7,9 @@
 //! so the file is held in memory ([`MAX_WORKBOOK_BYTES`]). XLSX sheets are streamed cell by
 //! cell; XLS and ODS sheets are read whole by calamine. Before calamine sees a zip, every entry
 //! is decompressed once through a counting sink with a byte budget, so a zip bomb fails the job
-//! instead of exhausting memory. (Not bounded here: what calamine allocates for an XLS or ODS
-//! sheet that *declares* huge dimensions or repeat counts; isolating the conversion in a
-//! memory-limited process is the follow-up.)
+//! instead of exhausting memory. What calamine allocates for an XLS or ODS sheet that *declares*
+//! huge dimensions is not bounded here: workers run this in a memory-limited child process
+//! (`jobs::convert`).
 
 use std::{
     borrow::Cow,

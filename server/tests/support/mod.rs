@@ -73,6 +73,8 @@ pub fn worker_args(chunk_rows: usize) -> WorkerArgs {
         concurrency: 2,
         chunk_rows,
         heartbeat_secs: 1,
+        // The test binary is not the server: workbooks are converted by the real one.
+        converter: Some(env!("CARGO_BIN_EXE_server").into()),
     }
 }
 
