@@ -36,6 +36,13 @@ use crate::{
 /// The child's address-space limit: the workbook (≤ 256 MB), calamine's cells and headroom.
 const CHILD_MEMORY_KB: u64 = 3 << 20;
 
+/// The child's CPU-time limit, in seconds: a 256 MB workbook converts in well under a minute,
+/// so a file that keeps calamine busy for ten is hostile (or broken) and must not hang its job.
+const CHILD_CPU_SECONDS: u64 = 600;
+
+/// How much of the child's stderr is kept: its outcome is the last line.
+const REPORT_BYTES: usize = 64 << 10;
+
 /// What the plan reads next: the upload itself, or the CSV a workbook sheet became.
 pub struct Source {
     pub upload_id: Uuid,
@@ -83,13 +90,16 @@ pub async fn source(
         ))));
     }
 
-    // `sh` sets the limit, then becomes the converter: `$0` is the program, `$1` the limit.
+    // `sh` sets the limits, then becomes the converter: `$0` is the program, `$1` the memory
+    // limit, `$2` the CPU limit.
     let mut command = Command::new("sh");
     command
         .arg("-c")
-        .arg(r#"ulimit -v "$1" && shift && exec "$0" convert "$@""#)
+        .arg(r#"ulimit -v "$1" && ulimit -t "$2" && shift 2 && exec "$0" convert "$@""#)
         .arg(&engine.converter)
-        .arg(CHILD_MEMORY_KB.to_string());
+        .arg(CHILD_MEMORY_KB.to_string())
+        .arg(CHILD_CPU_SECONDS.to_string())
+        .env("RUST_BACKTRACE", "0");
     if let Some(sheet) = &job.sheet {
         command.arg("--sheet").arg(sheet);
     }
@@ -115,13 +125,21 @@ pub async fn source(
         }
         Ok::<_, TaskError>(())
     };
+    // Read all of stderr (a child blocked on a full pipe would never exit), keep the end.
     let report = async move {
-        let mut text = String::new();
-        (&mut stderr)
-            .take(64 << 10)
-            .read_to_string(&mut text)
-            .await
-            .map(|_| text)
+        let mut kept = Vec::new();
+        let mut buf = vec![0; 8 << 10];
+        loop {
+            let n = stderr.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            kept.extend_from_slice(&buf[..n]);
+            if kept.len() > REPORT_BYTES {
+                kept.drain(..kept.len() - REPORT_BYTES);
+            }
+        }
+        Ok::<_, io::Error>(String::from_utf8_lossy(&kept).into_owned())
     };
     // The CSV, then one more item once the child has exited: an error unless it succeeded,
     // so that a child that died half-way never leaves a stored upload.
@@ -151,11 +169,11 @@ pub async fn source(
         (Some(Outcome::Refused { reason }), _) => return Ok(Err(FileError::NotCsv(reason))),
         (_, Err(UploadError::Database(err))) => return Err(err.into()),
         (Some(Outcome::Converted { sheet, header_row }), Ok(saved)) => (sheet, header_row, saved),
-        // Killed (out of memory, most likely) or crashed: the same would happen again.
+        // Killed (out of memory or time, most likely) or crashed: it would happen again.
         _ => {
             return Ok(Err(FileError::NotCsv(
                 "The workbook could not be read: it is damaged, or reading it would take more \
-                 memory than a spreadsheet of its size should."
+                 memory or time than a spreadsheet of its size should."
                     .into(),
             )));
         }
