@@ -152,10 +152,12 @@ pub async fn source(
             Err(err) => Err(err),
         }
     });
-    let csv = std::pin::pin!(
+    // Owned by `save`: if storing fails, dropping the stream kills the child (`kill_on_drop`),
+    // which ends the feed and stderr instead of leaving them blocked on full pipes.
+    let csv = Box::pin(
         ReaderStream::new(stdout)
             .chain(exited)
-            .map_err(UploadError::from)
+            .map_err(UploadError::from),
     );
     let filename = format!("{}.csv", upload.filename);
     let save = uploads::save(pool, &job.owner, &filename, Some(CSV_TYPE), usize::MAX, csv);
