@@ -84,27 +84,14 @@ pub fn UploadPage() -> impl IntoView {
                     }}
                 </span>
             </label>
-            <label class="field">
-                "Dataset"
-                <input
-                    type="text"
-                    data-testid="dataset-input"
-                    placeholder="e.g. customers"
-                    prop:value=move || dataset.get()
-                    on:input=move |ev| dataset.set(event_target_value(&ev))
-                />
-            </label>
+            <TextField label="Dataset" test_id="dataset-input" placeholder="e.g. customers" value=dataset />
             <Show when=workbook_chosen>
-                <label class="field">
-                    "Sheet"
-                    <input
-                        type="text"
-                        data-testid="sheet-input"
-                        placeholder="the first sheet with data"
-                        prop:value=move || sheet.get()
-                        on:input=move |ev| sheet.set(event_target_value(&ev))
-                    />
-                </label>
+                <TextField
+                    label="Sheet"
+                    test_id="sheet-input"
+                    placeholder="the first sheet with data"
+                    value=sheet
+                />
             </Show>
             <button
                 data-testid="import-button"
@@ -115,6 +102,28 @@ pub fn UploadPage() -> impl IntoView {
             </button>
             {move || error.get().map(|message| view! { <p class="error" role="alert">{message}</p> })}
         </section>
+    }
+}
+
+/// A labelled text input bound to `value`.
+#[component]
+fn TextField(
+    label: &'static str,
+    test_id: &'static str,
+    placeholder: &'static str,
+    value: RwSignal<String>,
+) -> impl IntoView {
+    view! {
+        <label class="field">
+            {label}
+            <input
+                type="text"
+                data-testid=test_id
+                placeholder=placeholder
+                prop:value=move || value.get()
+                on:input=move |ev| value.set(event_target_value(&ev))
+            />
+        </label>
     }
 }
 

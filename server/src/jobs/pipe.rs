@@ -116,28 +116,37 @@ where
     F: FnOnce(PartReader, &mut PartWriter) -> Result<(), E> + Send + 'static,
     E: std::fmt::Display + From<io::Error> + Send + 'static,
 {
-    let (in_tx, in_rx) = mpsc::channel(2);
     let (out_tx, out_rx) = mpsc::channel(2);
-    let work = async move {
-        let handle = tokio::task::spawn_blocking(move || {
-            let mut out = PartWriter::new(out_tx);
-            match convert(PartReader::new(in_rx), &mut out) {
-                Ok(()) => Ok(out.finish()?),
-                Err(err) => {
-                    out.abort(&err.to_string());
-                    Err(err)
-                }
-            }
-        });
-        let mut input = input;
-        while let Some(part) = input.next().await {
-            // A closed channel means the conversion stopped; its result says why.
-            if in_tx.send(part).await.is_err() {
-                break;
+    let work = read_with(input, move |input| {
+        let mut out = PartWriter::new(out_tx);
+        match convert(input, &mut out) {
+            Ok(()) => Ok(out.finish()?),
+            Err(err) => {
+                out.abort(&err.to_string());
+                Err(err)
             }
         }
-        drop(in_tx);
-        handle.await
-    };
+    });
     (ReceiverStream::new(out_rx), work)
+}
+
+/// Runs `consume` on a blocking thread with `input` (a stream of parts) as its `Read`, feeding
+/// it from this task; what `consume` returns, or `Err` if its thread panicked.
+pub async fn read_with<S, F, T>(input: S, consume: F) -> Result<T, JoinError>
+where
+    S: Stream<Item = io::Result<Vec<u8>>> + Unpin,
+    F: FnOnce(PartReader) -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let (in_tx, in_rx) = mpsc::channel(2);
+    let handle = tokio::task::spawn_blocking(move || consume(PartReader::new(in_rx)));
+    let mut input = input;
+    while let Some(part) = input.next().await {
+        // A closed channel means `consume` stopped early; its result says why.
+        if in_tx.send(part).await.is_err() {
+            break;
+        }
+    }
+    drop(in_tx);
+    handle.await
 }

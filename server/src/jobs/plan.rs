@@ -8,13 +8,11 @@
 
 use std::io;
 
-use futures::StreamExt;
-use tokio::sync::mpsc;
+use futures::TryStreamExt;
 use uuid::Uuid;
 
 use super::{
-    Engine, TaskError, convert,
-    pipe::PartReader,
+    Engine, TaskError, convert, pipe,
     queue::{self, TaskMsg},
 };
 use sqlx::PgConnection;
@@ -65,19 +63,11 @@ pub async fn run(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
 }
 
 async fn scan_upload(engine: &Engine, upload_id: Uuid) -> Result<Plan, ScanError> {
-    let (parts_tx, parts_rx) = mpsc::channel(2);
     let chunk_rows = engine.chunk_rows;
-    let scan =
-        tokio::task::spawn_blocking(move || csv::scan(PartReader::new(parts_rx), chunk_rows));
-    let mut parts = std::pin::pin!(uploads::stream(engine.pool.clone(), upload_id));
-    while let Some(part) = parts.next().await {
-        // A closed channel means the scan stopped early; its result says why.
-        if parts_tx.send(part.map_err(io::Error::other)).await.is_err() {
-            break;
-        }
-    }
-    drop(parts_tx);
-    scan.await.map_err(io::Error::other)?
+    let parts = Box::pin(uploads::stream(engine.pool.clone(), upload_id).map_err(io::Error::other));
+    pipe::read_with(parts, move |input| csv::scan(input, chunk_rows))
+        .await
+        .map_err(io::Error::other)?
 }
 
 async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError> {
