@@ -193,7 +193,7 @@ async fn concurrent_keyed_imports_end_with_the_newest_rows_and_exact_counts() {
     );
 
     let (count, from_newer): (i64, i64) = sqlx::query_as(
-        "select count(*), count(*) filter (where cells[2] = 'b') from dataset_rows r
+        "select count(*), count(*) filter (where split_part(record, E'\\x1f', 2) = 'b') from dataset_rows r
          join datasets d on d.id = r.dataset_id where d.name = 'keyed'",
     )
     .fetch_one(&db.pool)

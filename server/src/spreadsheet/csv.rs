@@ -13,6 +13,7 @@ use std::collections::HashSet;
 
 use super::{
     ChunkSpan, FileError, MAX_CELL_BYTES, MAX_COLUMNS, Plan, RowError, delimiter,
+    record::RecordWriter,
     schema::{self, Column},
     sniff,
 };
@@ -166,9 +167,9 @@ fn first_row() -> i64 {
     1
 }
 
-/// One chunk's rows, parsed: good rows as PostgreSQL `text[]` literals holding the typed
-/// values in the dataset's column order (`{"1","Ana",NULL}`: written straight from the fields,
-/// this is the import's hot loop), with their key values; bad rows as errors.
+/// One chunk's rows, parsed: good rows as stored records (`record`) holding the typed values in
+/// the dataset's column order (written straight from the fields: this is the import's hot
+/// loop), with their key values; bad rows as errors.
 #[derive(Debug, Default, PartialEq)]
 pub struct ChunkRows {
     pub row_nos: Vec<i64>,
@@ -244,7 +245,7 @@ fn preview(field: &[u8]) -> String {
 /// Why a row failed: the index of the column at fault, if one is, and a message.
 type FieldError = (Option<usize>, String);
 
-/// The record as a `text[]` literal of typed values in dataset column order, and its key value.
+/// The record as a stored record of typed values in dataset column order, and its key value.
 fn to_cells(
     record: &ByteRecord,
     format: &RowFormat,
@@ -281,31 +282,11 @@ fn to_cells(
         }
         values[format.slots[i]] = value;
     }
-    let mut literal = String::with_capacity(record.as_slice().len() + 3 * format.width + 2);
-    literal.push('{');
-    for (i, value) in values.iter().enumerate() {
-        if i > 0 {
-            literal.push(',');
-        }
-        match value {
-            None => literal.push_str("NULL"),
-            Some(text) => push_array_element(&mut literal, text),
-        }
+    let mut record = RecordWriter::with_capacity(record.as_slice().len() + 2 * format.width);
+    for value in &values {
+        record.push(value.as_deref());
     }
-    literal.push('}');
-    Ok((literal, key))
-}
-
-/// Appends a quoted element of an array literal: `"` and `\` escaped with a backslash.
-fn push_array_element(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
+    Ok((record.finish(), key))
 }
 
 #[cfg(test)]
@@ -329,31 +310,9 @@ mod tests {
         parse_chunk(bytes, &format, first_row)
     }
 
-    /// Row `i`'s values, read back from its array literal.
+    /// Row `i`'s values, read back from its stored record.
     fn row(parsed: &ChunkRows, i: usize) -> Vec<Option<String>> {
-        let literal = &parsed.rows[i];
-        let inner = &literal[1..literal.len() - 1];
-        let mut values = Vec::new();
-        let mut chars = inner.chars().peekable();
-        while chars.peek().is_some() {
-            if chars.peek() == Some(&'N') {
-                chars.by_ref().take(4).for_each(drop);
-                values.push(None);
-            } else {
-                assert_eq!(chars.next(), Some('"'));
-                let mut value = String::new();
-                while let Some(c) = chars.next() {
-                    match c {
-                        '\\' => value.extend(chars.next()),
-                        '"' => break,
-                        c => value.push(c),
-                    }
-                }
-                values.push(Some(value));
-            }
-            chars.next_if_eq(&',');
-        }
-        values
+        crate::spreadsheet::record::decode(&parsed.rows[i])
     }
 
     fn some(value: &str) -> Option<String> {
@@ -361,21 +320,17 @@ mod tests {
     }
 
     #[test]
-    fn rows_are_array_literals_whatever_their_text() {
+    fn rows_keep_their_text_whatever_it_holds() {
         let columns = ["a \"quoted\" name".to_owned(), "b".to_owned()];
         let parsed = parse(
-            "\"x\\y\ttab\",\"line\nbreak \u{1} \"\"é\"\n".as_bytes(),
+            "\"x\\y\ttab\u{1f}\",\"line\nbreak \u{1} \"\"é\"\n".as_bytes(),
             b',',
             &columns,
             1,
         );
         assert_eq!(
-            parsed.rows[0],
-            "{\"x\\\\y\ttab\",\"line\nbreak \u{1} \\\"é\"}"
-        );
-        assert_eq!(
             row(&parsed, 0),
-            [some("x\\y\ttab"), some("line\nbreak \u{1} \"é")]
+            [some("x\\y\ttab\u{1f}"), some("line\nbreak \u{1} \"é")]
         );
     }
 

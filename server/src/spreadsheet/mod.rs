@@ -6,6 +6,7 @@
 
 pub mod csv;
 pub mod output;
+pub mod record;
 pub mod report;
 pub mod schema;
 mod sniff;

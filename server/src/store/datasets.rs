@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use app::model::{Column, DatasetView};
 
-use crate::spreadsheet::schema;
+use crate::spreadsheet::{record, schema};
 
 #[derive(sqlx::FromRow)]
 struct DatasetRow {
@@ -126,7 +126,7 @@ pub async fn adopt_columns(
     Ok(())
 }
 
-/// Writes one chunk's good rows (`text[]` literals) with `COPY`, the fastest way into
+/// Writes one chunk's good rows (stored records) with `COPY`, the fastest way into
 /// PostgreSQL, inside the caller's transaction.
 pub async fn insert_rows(
     conn: &mut PgConnection,
@@ -148,7 +148,7 @@ pub async fn insert_rows(
         data.push(b'\n');
     }
     let mut copy = conn
-        .copy_in_raw("copy dataset_rows (dataset_id, job_id, row_no, cells) from stdin")
+        .copy_in_raw("copy dataset_rows (dataset_id, job_id, row_no, record) from stdin")
         .await?;
     copy.send(data).await?;
     copy.finish().await?;
@@ -169,13 +169,13 @@ pub async fn upsert_rows(
 ) -> sqlx::Result<i64> {
     sqlx::query_scalar(
         "with written as (
-             insert into dataset_rows (dataset_id, job_id, row_no, key, cells)
-             select $1, $2, u.row_no, u.key, u.cells::text[]
-             from unnest($3::bigint[], $4::text[], $5::text[]) as u (row_no, key, cells)
+             insert into dataset_rows (dataset_id, job_id, row_no, key, record)
+             select $1, $2, u.row_no, u.key, u.record
+             from unnest($3::bigint[], $4::text[], $5::text[]) as u (row_no, key, record)
              -- One lock order for every writer, so concurrent upserts cannot deadlock.
              order by u.key
              on conflict (dataset_id, key) where key is not null do update
-                 set job_id = excluded.job_id, row_no = excluded.row_no, cells = excluded.cells
+                 set job_id = excluded.job_id, row_no = excluded.row_no, record = excluded.record
                  where (dataset_rows.job_id, dataset_rows.row_no) < (excluded.job_id, excluded.row_no)
              returning xmax = 0 as inserted
          )
@@ -223,14 +223,14 @@ pub async fn rows(
         return Ok(None);
     };
     let (columns, _) = schema(&mut conn, dataset_id).await?;
-    let page: Vec<(Uuid, i64, Vec<Option<String>>)> = sqlx::query_as(
+    let page: Vec<(Uuid, i64, String)> = sqlx::query_as(
         // Two branches, each walking the primary key from the right place (a row comparison
         // `(job_id, row_no) > (…)` would be positioned by `job_id` alone: slow for deep pages).
-        "(select job_id, row_no, cells from dataset_rows
+        "(select job_id, row_no, record from dataset_rows
           where dataset_id = $1 and job_id = $2 and row_no > $3
           order by row_no limit $4)
          union all
-         (select job_id, row_no, cells from dataset_rows
+         (select job_id, row_no, record from dataset_rows
           where dataset_id = $1 and ($2::uuid is null or job_id > $2)
           order by job_id, row_no limit $4)
          order by job_id, row_no
@@ -252,7 +252,7 @@ pub async fn rows(
         .flatten();
     let rows = page
         .into_iter()
-        .map(|(_, _, cells)| to_object(&columns, &cells))
+        .map(|(_, _, record)| to_object(&columns, &record::decode(&record)))
         .collect();
     Ok(Some((rows, next)))
 }

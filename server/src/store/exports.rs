@@ -5,6 +5,8 @@ use futures::{Stream, TryStreamExt};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use crate::spreadsheet::record;
+
 /// A run of a dataset's rows, both ends included, in key order `(job_id, row_no)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
 pub struct RowRange {
@@ -127,14 +129,14 @@ pub async fn rows_in(
         range.to_row
     };
     sqlx::query_scalar(
-        "select cells from (
-             select job_id, row_no, cells from dataset_rows
+        "select record from (
+             select job_id, row_no, record from dataset_rows
              where dataset_id = $1 and job_id = $2 and row_no between $3 and $6
              union all
-             select job_id, row_no, cells from dataset_rows
+             select job_id, row_no, record from dataset_rows
              where $7 and dataset_id = $1 and job_id > $2 and job_id < $4
              union all
-             select job_id, row_no, cells from dataset_rows
+             select job_id, row_no, record from dataset_rows
              where $7 and dataset_id = $1 and job_id = $4 and row_no <= $5
          ) range
          order by job_id, row_no",
@@ -148,6 +150,7 @@ pub async fn rows_in(
     .bind(spans_imports)
     .fetch_all(pool)
     .await
+    .map(|records: Vec<String>| records.iter().map(|r| record::decode(r)).collect())
 }
 
 pub async fn insert_part(
