@@ -329,3 +329,48 @@ async fn export_ranges_and_row_pages_span_several_imports() {
     assert_eq!(seen, numbers);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn any_text_comes_back_as_it_went_in() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    // Line breaks, tabs, backslashes, quotes, the record separators, empty and non-ASCII text.
+    let values = [
+        "two\nlines\r\nand a tab\t",
+        "back\\slash \"quoted\"",
+        "\u{1f}unit\u{1e}record\u{1e}0",
+        "",
+        "é 漢字 🙂",
+    ];
+    let mut csv = String::from("n,text\n");
+    for (n, value) in values.iter().enumerate() {
+        csv.push_str(&format!("{n},\"{}\"\n", value.replace('"', "\"\"")));
+    }
+    let job = server.import("text.csv", csv.into_bytes(), "text").await;
+    let done = server.finished(job.id).await;
+    assert_eq!(done.rows_ok, values.len() as i64, "{:?}", done.error);
+
+    let rows: Value = server.get_json("/api/datasets/text/rows").await;
+    let stored: Vec<&Value> = rows["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| &row["text"])
+        .collect();
+    // A schemaless dataset keeps an empty cell as null.
+    let expected: Vec<Value> = values
+        .iter()
+        .map(|v| if v.is_empty() { Value::Null } else { json!(v) })
+        .collect();
+    assert_eq!(stored, expected.iter().collect::<Vec<_>>());
+
+    let job = export(&server, "text", "csv").await;
+    let (_, _, bytes) = download(&server, &job).await;
+    let mut reader = csv::Reader::from_reader(bytes.as_slice());
+    let exported: Vec<String> = reader
+        .records()
+        .map(|record| record.unwrap()[1].to_owned())
+        .collect();
+    assert_eq!(exported, values);
+    server.stop().await;
+}
