@@ -149,6 +149,22 @@ pub struct JobView {
     pub finished_at: Option<DateTime<Utc>>,
     /// Seconds from start to finish, or to the moment this state was read while running.
     pub elapsed_seconds: Option<f64>,
+    /// Parts that ran out of attempts (the first 100), with their last error.
+    #[serde(default)]
+    pub failed_parts: Vec<FailedPart>,
+}
+
+/// A chunk of a job that failed every attempt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedPart {
+    /// 1-based, as people count.
+    pub part: i32,
+    /// The data rows it holds (1 = the first row after the header).
+    pub first_row: i64,
+    pub row_count: i32,
+    pub attempts: i32,
+    pub error: Option<String>,
 }
 
 impl JobView {
@@ -291,6 +307,7 @@ mod tests {
             started_at: None,
             finished_at: None,
             elapsed_seconds: None,
+            failed_parts: Vec::new(),
         }
     }
 

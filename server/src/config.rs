@@ -76,10 +76,18 @@ pub struct WorkerArgs {
     /// Rows per chunk when a job is planned.
     #[arg(long, env = "CONVEYOR_CHUNK_ROWS", default_value_t = DEFAULT_CHUNK_ROWS)]
     pub chunk_rows: usize,
-    /// Seconds between worker heartbeats; a worker silent for 3 heartbeats is presumed dead and
-    /// its tasks are handed to live workers.
-    #[arg(long, env = "CONVEYOR_HEARTBEAT_SECS", default_value_t = 5)]
-    pub heartbeat_secs: u64,
+    /// Seconds between heartbeats: a running chunk renews its lease (and notices a cancel),
+    /// and the reaper looks for expired leases and items without a queue message.
+    #[arg(long, env = "CONVEYOR_HEARTBEAT_SECS", default_value_t = 1.0)]
+    pub heartbeat_secs: f64,
+    /// Seconds a lease lasts without renewal: a chunk whose worker died is run again by
+    /// another after about this long.
+    #[arg(long, env = "CONVEYOR_LEASE_SECS", default_value_t = 5.0)]
+    pub lease_secs: f64,
+    /// Seconds a stopping worker (SIGTERM) lets its running chunks finish before it gives them
+    /// back to the queue.
+    #[arg(long, env = "CONVEYOR_SHUTDOWN_SECS", default_value_t = 30.0)]
+    pub shutdown_secs: f64,
     /// The program whose `convert` command turns workbooks into CSV (default: this one).
     #[arg(long, env = "CONVEYOR_CONVERTER")]
     pub converter: Option<std::path::PathBuf>,
@@ -90,7 +98,9 @@ impl Default for WorkerArgs {
         Self {
             concurrency: DEFAULT_CONCURRENCY,
             chunk_rows: DEFAULT_CHUNK_ROWS,
-            heartbeat_secs: 5,
+            heartbeat_secs: 1.0,
+            lease_secs: 5.0,
+            shutdown_secs: 30.0,
             converter: None,
         }
     }
@@ -98,7 +108,16 @@ impl Default for WorkerArgs {
 
 impl WorkerArgs {
     pub fn heartbeat(&self) -> Duration {
-        Duration::from_secs(self.heartbeat_secs.max(1))
+        Duration::from_secs_f64(self.heartbeat_secs.clamp(0.05, 60.0))
+    }
+
+    /// At least three heartbeats, so one slow renewal does not lose a lease.
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs_f64(self.lease_secs.clamp(0.1, 3600.0)).max(3 * self.heartbeat())
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs_f64(self.shutdown_secs.clamp(0.0, 3600.0))
     }
 }
 

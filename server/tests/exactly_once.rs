@@ -1,12 +1,12 @@
 //! Effects happen once, whatever the delivery: a chunk run twice (in turn and at the same time)
-//! counts once, a re-run plan changes nothing, and a worker process killed with SIGKILL mid-job
+//! counts once, a worker that lost its lease commits nothing, a re-run plan changes nothing, and a worker process killed with SIGKILL mid-job
 //! leaves a job that still completes with exact counts and no duplicate rows.
 
 mod support;
 
 use app::model::JobStatus;
 use server::jobs::{Engine, chunk, plan};
-use support::{TestDb, TestServer, WorkerProcess, csv, stored_rows, worker_args};
+use support::{TestDb, TestServer, WorkerProcess, csv, lease, stored_rows, worker_args};
 
 #[tokio::test]
 async fn a_chunk_processed_twice_counts_once() {
@@ -29,16 +29,34 @@ async fn a_chunk_processed_twice_counts_once() {
         .unwrap();
     assert_eq!(chunks, 10);
 
-    // In turn: the second run finds the chunk done.
-    chunk::run(&engine, job.id, 0).await.unwrap();
-    chunk::run(&engine, job.id, 0).await.unwrap();
-    // At the same time: one waits on the done-gate, then finds it done.
-    let (a, b) = tokio::join!(
-        chunk::run(&engine, job.id, 1),
-        chunk::run(&engine, job.id, 1)
+    // In turn: the second run finds the chunk done, and nobody can lease it again.
+    let first = lease(&db, job.id, 0, "a")
+        .await
+        .expect("a due chunk is free");
+    chunk::run(&engine, job.id, 0, &first).await.unwrap();
+    chunk::run(&engine, job.id, 0, &first).await.unwrap();
+    assert_eq!(lease(&db, job.id, 0, "b").await, None);
+    // A worker that lost its lease (it stalled past it, another took over) commits nothing,
+    // alone or at the same time as the new holder, who commits once.
+    let stalled = lease(&db, job.id, 1, "stalled").await.unwrap();
+    assert_eq!(lease(&db, job.id, 1, "c").await, None, "the lease is held");
+    sqlx::query("update job_chunks set lease_expires_at = now() - interval '1 second' where job_id = $1 and chunk_no = 1")
+        .bind(job.id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let current = lease(&db, job.id, 1, "current").await.unwrap();
+    assert_eq!(current.attempt, 2);
+    chunk::run(&engine, job.id, 1, &stalled).await.unwrap();
+    assert_eq!(stored_rows(&db.pool, job.id).await, (100, 100));
+    let (a, b, c) = tokio::join!(
+        chunk::run(&engine, job.id, 1, &current),
+        chunk::run(&engine, job.id, 1, &current),
+        chunk::run(&engine, job.id, 1, &stalled)
     );
     a.unwrap();
     b.unwrap();
+    c.unwrap();
     let partial = server.job(job.id).await;
     assert_eq!(
         (partial.chunks_done, partial.item_progress, partial.rows_ok),
@@ -46,8 +64,10 @@ async fn a_chunk_processed_twice_counts_once() {
     );
     assert_eq!(stored_rows(&db.pool, job.id).await, (200, 200));
 
-    for chunk_no in (2..10).chain(0..10) {
-        chunk::run(&engine, job.id, chunk_no).await.unwrap();
+    for chunk_no in 2..10 {
+        let held = lease(&db, job.id, chunk_no, "d").await.unwrap();
+        chunk::run(&engine, job.id, chunk_no, &held).await.unwrap();
+        chunk::run(&engine, job.id, chunk_no, &held).await.unwrap();
     }
     let done = server.job(job.id).await;
     assert_eq!(done.status, JobStatus::Completed);

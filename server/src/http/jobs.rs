@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::{AppState, error::ApiError, session::Owner};
-use crate::{jobs::create, store::jobs};
+use crate::{
+    jobs::{control, create},
+    store::jobs::{self, Limits},
+};
 use app::model::JobView;
 
 #[derive(Debug, Deserialize)]
@@ -26,6 +29,49 @@ pub struct CreateJob {
     sheet: Option<String>,
     /// For an export: `csv` (the default) or `xlsx`.
     format: Option<String>,
+    /// Attempts per chunk before it is marked failed (1–100, default 5).
+    max_failures_per_item: Option<i32>,
+    /// Stop the import once more rows than this failed: a count (`1000`) or a percentage
+    /// of the rows (`"5%"`).
+    max_row_errors: Option<serde_json::Value>,
+}
+
+impl CreateJob {
+    fn limits(&self) -> Result<Limits, ApiError> {
+        let mut limits = Limits {
+            max_failures_per_item: self.max_failures_per_item,
+            ..Limits::default()
+        };
+        if matches!(limits.max_failures_per_item, Some(n) if !(1..=100).contains(&n)) {
+            return Err(ApiError::Invalid(
+                "\"maxFailuresPerItem\" must be between 1 and 100.".into(),
+            ));
+        }
+        let bad_budget = || {
+            ApiError::Invalid(
+                "\"maxRowErrors\" must be a count of rows (like 1000) or a percentage of the \
+                 rows (like \"5%\")."
+                    .into(),
+            )
+        };
+        match &self.max_row_errors {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::Number(n)) => {
+                limits.max_row_errors = Some(n.as_u64().ok_or_else(bad_budget)? as i64);
+            }
+            Some(serde_json::Value::String(text)) => {
+                let percent: f64 = text
+                    .trim()
+                    .strip_suffix('%')
+                    .and_then(|n| n.trim().parse().ok())
+                    .filter(|n| (0.0..=100.0).contains(n))
+                    .ok_or_else(bad_budget)?;
+                limits.max_row_errors_percent = Some(percent);
+            }
+            Some(_) => return Err(bad_budget()),
+        }
+        Ok(limits)
+    }
 }
 
 /// `POST /api/jobs` → 202 with `Location` and the job.
@@ -35,6 +81,7 @@ pub async fn create(
     body: Result<Json<CreateJob>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(request) = body?;
+    let limits = request.limits()?;
     let job = match request.job_type.as_str() {
         "import" => {
             let upload = request.file_guid.ok_or_else(|| {
@@ -48,14 +95,22 @@ pub async fn create(
                 .as_deref()
                 .map(str::trim)
                 .filter(|s| !s.is_empty());
-            create::import(&state.pool, &owner.0, upload, dataset.trim(), sheet).await?
+            create::import(
+                &state.pool,
+                &owner.0,
+                upload,
+                dataset.trim(),
+                sheet,
+                &limits,
+            )
+            .await?
         }
         "export" => {
             let dataset = request.dataset.ok_or_else(|| {
                 ApiError::Invalid("An export needs \"dataset\": the dataset to export.".into())
             })?;
             let format = request.format.as_deref().unwrap_or("csv");
-            create::export(&state.pool, &owner.0, dataset.trim(), format).await?
+            create::export(&state.pool, &owner.0, dataset.trim(), format, &limits).await?
         }
         other => {
             return Err(ApiError::Invalid(format!(
@@ -65,6 +120,49 @@ pub async fn create(
     };
     let location = format!("/api/jobs/{}", job.id);
     Ok((StatusCode::ACCEPTED, [(LOCATION, location)], Json(job)).into_response())
+}
+
+/// `POST /api/jobs/{id}/cancel` → the job, `cancelled` (409 when it had already ended).
+pub async fn cancel(
+    State(state): State<AppState>,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<Json<JobView>, ApiError> {
+    let id = job_id(id)?;
+    let outcome = control::cancel(&state.pool, id).await?;
+    answer(&state, id, outcome, "The job has already ended.").await
+}
+
+/// `POST /api/jobs/{id}/retry` → the job, running again what it had not done (409 unless it
+/// failed or was cancelled).
+pub async fn retry(
+    State(state): State<AppState>,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<Json<JobView>, ApiError> {
+    let id = job_id(id)?;
+    let outcome = control::retry(&state.pool, id).await?;
+    answer(
+        &state,
+        id,
+        outcome,
+        "Only a failed or cancelled job can be retried.",
+    )
+    .await
+}
+
+async fn answer(
+    state: &AppState,
+    id: Uuid,
+    outcome: control::Outcome,
+    not_applicable: &str,
+) -> Result<Json<JobView>, ApiError> {
+    match outcome {
+        control::Outcome::NoSuchJob => Err(no_such_job(id)),
+        control::Outcome::NotApplicable => Err(ApiError::Conflict(not_applicable.into())),
+        control::Outcome::Done => jobs::find(&state.pool, id)
+            .await?
+            .map(Json)
+            .ok_or_else(|| no_such_job(id)),
+    }
 }
 
 /// `GET /api/jobs/{id}`.

@@ -15,11 +15,17 @@ use crate::{
     store::{
         chunks, datasets, errors,
         jobs::{self, ChunkCounts},
+        leases::Lease,
         notify, uploads,
     },
 };
 
-pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), TaskError> {
+pub async fn run(
+    engine: &Engine,
+    job_id: Uuid,
+    chunk_no: i32,
+    lease: &Lease,
+) -> Result<(), TaskError> {
     let pool = &engine.pool;
     let Some(chunk) = chunks::find(pool, job_id, chunk_no).await? else {
         return Ok(());
@@ -59,7 +65,7 @@ pub async fn run(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), Tas
     }
 
     let mut tx = pool.begin().await?;
-    if !chunks::claim(&mut tx, job_id, chunk_no).await? {
+    if !chunks::claim(&mut tx, job_id, chunk_no, &lease.owner).await? {
         return Ok(());
     }
     let mut counts = ChunkCounts {

@@ -7,7 +7,11 @@ use uuid::Uuid;
 use super::queue::{self, TaskMsg};
 use crate::{
     spreadsheet::schema,
-    store::{datasets, jobs, notify, uploads},
+    store::{
+        datasets,
+        jobs::{self, Limits},
+        notify, uploads,
+    },
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +36,7 @@ pub async fn import(
     upload_id: Uuid,
     dataset: &str,
     sheet: Option<&str>,
+    limits: &Limits,
 ) -> Result<JobView, CreateError> {
     schema::check_dataset_name(dataset).map_err(CreateError::Invalid)?;
     if uploads::find(pool, upload_id).await?.is_none() {
@@ -39,8 +44,9 @@ pub async fn import(
     }
     let mut tx = pool.begin().await?;
     let dataset_id = datasets::ensure(&mut tx, owner, dataset).await?;
-    let job_id = jobs::insert_import(&mut tx, owner, upload_id, dataset_id, sheet).await?;
-    queue::push(&mut tx, &[TaskMsg::Plan { job_id }]).await?;
+    let job = jobs::insert_import(&mut tx, owner, upload_id, dataset_id, sheet, limits).await?;
+    let job_id = job.id;
+    queue::push(&mut tx, &[(TaskMsg::Plan { job_id }, job.ticket)]).await?;
     notify::job_changed(&mut tx, job_id, 1).await?;
     tx.commit().await?;
     Ok(jobs::find(pool, job_id)
@@ -54,6 +60,7 @@ pub async fn export(
     owner: &str,
     dataset: &str,
     format: &str,
+    limits: &Limits,
 ) -> Result<JobView, CreateError> {
     if !matches!(format, "csv" | "xlsx") {
         return Err(CreateError::Invalid(format!(
@@ -64,8 +71,9 @@ pub async fn export(
     let dataset_id = datasets::id_of(&mut tx, dataset)
         .await?
         .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?;
-    let job_id = jobs::insert_export(&mut tx, owner, dataset_id, format).await?;
-    queue::push(&mut tx, &[TaskMsg::ExportPlan { job_id }]).await?;
+    let job = jobs::insert_export(&mut tx, owner, dataset_id, format, limits).await?;
+    let job_id = job.id;
+    queue::push(&mut tx, &[(TaskMsg::ExportPlan { job_id }, job.ticket)]).await?;
     notify::job_changed(&mut tx, job_id, 1).await?;
     tx.commit().await?;
     Ok(jobs::find(pool, job_id)

@@ -23,6 +23,7 @@ use crate::{
     store::{
         chunks, datasets, exports,
         jobs::{self, ChunkCounts},
+        leases::{self, Lease},
         notify,
         uploads::{self, UploadError},
     },
@@ -57,11 +58,14 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     let Some(version) = jobs::seal(&mut tx, job_id, None, rows, chunks_total).await? else {
         return Ok(());
     };
-    let tasks: Vec<TaskMsg> = if ranges.is_empty() {
-        vec![TaskMsg::ExportFinish { job_id }]
+    let tasks: Vec<(TaskMsg, Uuid)> = if ranges.is_empty() {
+        let ticket = leases::new_step_ticket(&mut tx, job_id).await?;
+        vec![(TaskMsg::ExportFinish { job_id }, ticket)]
     } else {
-        (0..chunks_total)
-            .map(|chunk_no| TaskMsg::ExportChunk { job_id, chunk_no })
+        chunks::tickets(&mut tx, job_id)
+            .await?
+            .into_iter()
+            .map(|(chunk_no, ticket)| (TaskMsg::ExportChunk { job_id, chunk_no }, ticket))
             .collect()
     };
     queue::push(&mut tx, &tasks).await?;
@@ -71,7 +75,12 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     Ok(())
 }
 
-pub async fn chunk(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), TaskError> {
+pub async fn chunk(
+    engine: &Engine,
+    job_id: Uuid,
+    chunk_no: i32,
+    lease: &Lease,
+) -> Result<(), TaskError> {
     let pool = &engine.pool;
     let Some(range) = exports::pending_range(pool, job_id, chunk_no).await? else {
         return Ok(());
@@ -99,7 +108,7 @@ pub async fn chunk(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), T
     let part = tokio::task::spawn_blocking(move || output::rows_csv(&columns, &rows)).await?;
 
     let mut tx = pool.begin().await?;
-    if !chunks::claim(&mut tx, job_id, chunk_no).await? {
+    if !chunks::claim(&mut tx, job_id, chunk_no, &lease.owner).await? {
         return Ok(());
     }
     exports::insert_part(&mut tx, job_id, chunk_no, &part).await?;
@@ -112,8 +121,9 @@ pub async fn chunk(engine: &Engine, job_id: Uuid, chunk_no: i32) -> Result<(), T
         tx.rollback().await?;
         return Ok(());
     };
-    if added.last {
-        queue::push(&mut tx, &[TaskMsg::ExportFinish { job_id }]).await?;
+    if added.finish_export {
+        let ticket = leases::new_step_ticket(&mut tx, job_id).await?;
+        queue::push(&mut tx, &[(TaskMsg::ExportFinish { job_id }, ticket)]).await?;
     }
     notify::job_changed(&mut tx, job_id, added.version).await?;
     tx.commit().await?;

@@ -21,6 +21,7 @@
 //!   [`crate::store::notify`]).
 
 pub mod chunk;
+pub mod control;
 pub mod convert;
 pub mod create;
 mod error;
@@ -28,6 +29,7 @@ pub mod export;
 pub mod pipe;
 pub mod plan;
 pub mod queue;
+pub mod reaper;
 pub mod worker;
 
 use std::path::PathBuf;

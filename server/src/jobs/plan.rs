@@ -94,8 +94,10 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
     else {
         return Ok(());
     };
-    let tasks: Vec<TaskMsg> = (0..chunks_total)
-        .map(|chunk_no| TaskMsg::Chunk { job_id, chunk_no })
+    let tasks: Vec<(TaskMsg, Uuid)> = chunks::tickets(&mut tx, job_id)
+        .await?
+        .into_iter()
+        .map(|(chunk_no, ticket)| (TaskMsg::Chunk { job_id, chunk_no }, ticket))
         .collect();
     queue::push(&mut tx, &tasks).await?;
     notify::job_changed(&mut tx, job_id, version).await?;

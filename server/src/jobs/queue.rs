@@ -8,8 +8,10 @@ use uuid::Uuid;
 /// The apalis queue all Conveyor tasks go through.
 pub const QUEUE: &str = "conveyor";
 
-/// Deliveries of one message before apalis gives up on it.
-pub const MAX_ATTEMPTS: usize = 5;
+/// Deliveries of one message before apalis gives up on it. Our own attempt count (see
+/// [`crate::store::leases`]) is what limits runs; this only bounds apalis's redeliveries of a
+/// message whose item is already leased or done.
+pub const MAX_ATTEMPTS: usize = 25;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "task", rename_all = "camelCase")]
@@ -22,16 +24,18 @@ pub enum TaskMsg {
 }
 
 /// Queues tasks inside the caller's transaction: they exist exactly when its changes commit.
+/// Each goes with its item's ticket (see [`crate::store::leases`]), its idempotency key.
 pub async fn push(
     conn: &mut PgConnection,
-    tasks: &[TaskMsg],
+    tasks: &[(TaskMsg, Uuid)],
 ) -> Result<(), apalis_postgres::Error> {
     let tasks = tasks
         .iter()
-        .map(|task| {
+        .map(|(task, ticket)| {
             let bytes = serde_json::to_vec(task).expect("task messages always serialize");
             apalis::prelude::TaskBuilder::new(bytes)
                 .max_attempts(MAX_ATTEMPTS)
+                .idempotency_key(ticket.to_string())
                 .build()
         })
         .collect();

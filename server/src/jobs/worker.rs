@@ -1,44 +1,69 @@
 //! Running workers: apalis fetches task messages from PostgreSQL and hands them to
-//! [`handle`]. Each process runs `concurrency` apalis workers of one task at a time.
+//! [`handle`]; [`Runner`] runs each under a lease; [`super::reaper`] replaces what is lost.
+//!
+//! A message only says "this item may be due". The run takes the item's lease (counting an
+//! attempt; nothing to do if the item is leased, done or not yet due), renews it every
+//! heartbeat while it works, and stops at once if the lease is lost or the job is no longer
+//! live (cancelled). A failure that is worth retrying frees the item after an exponential
+//! backoff with jitter, until the job's attempts per item run out; the handler always reports
+//! success to apalis, so apalis's own retries never add runs.
 //!
 //! Guards against apalis-postgres 1.0's known defects (see `docs/architecture.md`):
-//! - names are unique per process start, so a restarted process never shadows its dead self
-//!   and the dead one's tasks are re-queued after `3 × heartbeat`;
+//! - names are unique per process start, so a restarted process never shadows its dead self;
 //! - a batch size of 1, so a fetched task never waits behind a busy slot without a heartbeat;
 //! - pub/sub *and* a 1 s poll, because re-queued tasks send no NOTIFY;
-//! - every task runs in its own tokio task, so a panic fails that task instead of silently
+//! - every run is its own tokio task, so a panic fails that attempt instead of silently
 //!   stopping the worker;
-//! - none of this decides correctness: the chunk done-gate does.
+//! - none of this decides correctness: leases, attempts and the chunk done-gate do.
+//!
+//! On shutdown the workers stop fetching, running items get `shutdown_grace` to finish, and
+//! the rest are stopped and their leases given back, so another process picks them up at once.
 
 use std::time::Duration;
 
 use apalis::prelude::{BackendExt, BoxDynError, Data, Strategy, WorkerBuilder};
 use apalis_postgres::{Config, PostgresStorage, Pubsub};
 use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use uuid::Uuid;
 
 use super::{
-    Engine, chunk, export, plan,
+    Engine, TaskError, chunk, export, plan,
     queue::{QUEUE, TaskMsg},
+    reaper,
 };
-use crate::config::WorkerArgs;
+use crate::{
+    config::WorkerArgs,
+    store::{
+        jobs,
+        leases::{self, AfterFailure, Item, Lease},
+        notify,
+    },
+};
 
-/// Runs workers until `shutdown` fires, then lets in-flight tasks finish.
+/// Runs workers and the reaper until `shutdown` fires, then drains (see the module docs).
 pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken) {
-    let mut workers = JoinSet::new();
     let process = format!(
         "{}-{}-{}",
         host_name(),
         std::process::id(),
         &Uuid::new_v4().simple().to_string()[..8]
     );
+    let runner = Runner {
+        engine: engine.clone(),
+        process: process.clone(),
+        lease: args.lease(),
+        heartbeat: args.heartbeat(),
+        stop_all: CancellationToken::new(),
+        runs: TaskTracker::new(),
+    };
+    let mut workers = JoinSet::new();
     for n in 0..args.concurrency.max(1) {
         let name = format!("conveyor-{process}-{n}");
         let config = Config::default()
             .queue(QUEUE)
             .batch_size(1)
-            .heartbeat_interval(args.heartbeat())
+            .heartbeat_interval(args.lease())
             .missed_heartbeats(3);
         let strategy = Strategy::new()
             .stream(Pubsub::new(engine.pool.clone(), QUEUE.to_owned()))
@@ -48,7 +73,7 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
             .poll_with_strategy(strategy);
         let worker = WorkerBuilder::new(name.clone())
             .backend(backend)
-            .data(engine.clone())
+            .data(runner.clone())
             .build(handle);
         let stop = shutdown.clone();
         workers.spawn(async move {
@@ -61,32 +86,195 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
             }
         });
     }
+    workers.spawn(reaper::run(
+        engine.pool.clone(),
+        args.heartbeat(),
+        args.lease(),
+        shutdown.clone(),
+    ));
     tracing::info!(workers = args.concurrency, %process, "workers running");
     while workers.join_next().await.is_some() {}
+
+    runner.runs.close();
+    let grace = args.shutdown_grace();
+    if tokio::time::timeout(grace, runner.runs.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            running = runner.runs.len(),
+            "stopping the chunks still running after {grace:?}; other workers will run them"
+        );
+        runner.stop_all.cancel();
+        runner.runs.wait().await;
+    }
+    tracing::info!("workers stopped");
 }
 
-/// Runs one task message.
-async fn handle(task: TaskMsg, engine: Data<Engine>) -> Result<(), BoxDynError> {
-    let engine = (*engine).clone();
-    let label = format!("{task:?}");
-    let result = tokio::spawn(async move {
-        match task {
-            TaskMsg::Plan { job_id } => plan::run(&engine, job_id).await,
-            TaskMsg::Chunk { job_id, chunk_no } => chunk::run(&engine, job_id, chunk_no).await,
-            TaskMsg::ExportPlan { job_id } => export::plan(&engine, job_id).await,
-            TaskMsg::ExportChunk { job_id, chunk_no } => {
-                export::chunk(&engine, job_id, chunk_no).await
-            }
-            TaskMsg::ExportFinish { job_id } => export::finish(&engine, job_id).await,
-        }
-    })
-    .await
-    .map_err(super::TaskError::from)
-    .and_then(|result| result);
-    if let Err(err) = &result {
-        tracing::warn!(task = %label, "task failed, will be retried: {err}");
+/// Runs one message's item (see the module docs). Always `Ok`: our tables keep attempts.
+async fn handle(task: TaskMsg, runner: Data<Runner>) -> Result<(), BoxDynError> {
+    let runner = (*runner).clone();
+    // Tracked outside apalis, so shutdown waits for the run even if apalis lets go of it.
+    let run = runner.runs.spawn({
+        let runner = runner.clone();
+        async move { runner.run(task).await }
+    });
+    if let Err(err) = run.await {
+        tracing::error!("a run crashed outside its item: {err}");
     }
-    result.map_err(Into::into)
+    Ok(())
+}
+
+/// What every run of this process shares.
+#[derive(Clone)]
+struct Runner {
+    engine: Engine,
+    /// This process's start, the prefix of its lease owners.
+    process: String,
+    lease: Duration,
+    heartbeat: Duration,
+    /// Stops every run: the shutdown grace is over.
+    stop_all: CancellationToken,
+    runs: TaskTracker,
+}
+
+/// How a run ended.
+enum Ended {
+    Finished(Result<(), TaskError>),
+    /// The lease was lost, the job is no longer live, or the process is stopping.
+    Stopped,
+}
+
+impl Runner {
+    async fn run(&self, task: TaskMsg) {
+        let pool = &self.engine.pool;
+        let item = Item::of(&task);
+        let owner = format!("{}/{}", self.process, Uuid::new_v4().simple());
+        let lease = match leases::acquire(pool, item, &owner, self.lease).await {
+            Ok(Some(lease)) => lease,
+            // Leased by another worker, done, not due, or its job has ended.
+            Ok(None) => return,
+            Err(err) => {
+                // The message is spent; the reaper queues the item again.
+                tracing::warn!(?task, "could not take the lease: {err}");
+                return;
+            }
+        };
+        let stop = self.stop_all.child_token();
+        let heartbeat = tokio::spawn(keep_alive(
+            self.engine.pool.clone(),
+            lease.clone(),
+            self.lease,
+            self.heartbeat,
+            stop.clone(),
+        ));
+        let mut work = tokio::spawn(execute(self.engine.clone(), task.clone(), lease.clone()));
+        let ended = tokio::select! {
+            result = &mut work => Ended::Finished(result.map_err(TaskError::from).and_then(|r| r)),
+            () = stop.cancelled() => {
+                work.abort();
+                Ended::Stopped
+            }
+        };
+        heartbeat.abort();
+        let recorded = match ended {
+            Ended::Finished(Ok(())) => leases::release(pool, &lease, true).await,
+            Ended::Stopped => leases::release(pool, &lease, false).await,
+            Ended::Finished(Err(err)) => self.record_failure(&lease, &task, &err).await,
+        };
+        if let Err(err) = recorded {
+            // The lease runs out and the reaper frees the item.
+            tracing::warn!(?task, "could not record the end of a run: {err}");
+        }
+    }
+
+    /// Frees the item after a backoff, or, out of attempts, fails the chunk (or the job, for
+    /// its plan or finish).
+    async fn record_failure(
+        &self,
+        lease: &Lease,
+        task: &TaskMsg,
+        err: &TaskError,
+    ) -> sqlx::Result<()> {
+        let error = err.to_string();
+        let mut tx = self.engine.pool.begin().await?;
+        let after = leases::record_failure(&mut tx, lease, &error, backoff(lease.attempt)).await?;
+        tracing::warn!(
+            ?task,
+            attempt = lease.attempt,
+            ?after,
+            "run failed: {error}"
+        );
+        if after == AfterFailure::OutOfAttempts {
+            let job_id = lease.item.job_id();
+            let version = match lease.item {
+                Item::Chunk { .. } => jobs::add_failed_chunk(&mut tx, job_id).await?,
+                Item::Step(_) => {
+                    let reason = format!(
+                        "The job could not be {} after {} attempts: {error}",
+                        if matches!(task, TaskMsg::ExportFinish { .. }) {
+                            "finished"
+                        } else {
+                            "planned"
+                        },
+                        lease.attempt
+                    );
+                    jobs::fail(&mut tx, job_id, &reason).await?
+                }
+            };
+            if let Some(version) = version {
+                notify::job_changed(&mut tx, job_id, version).await?;
+            }
+        }
+        tx.commit().await
+    }
+}
+
+async fn execute(engine: Engine, task: TaskMsg, lease: Lease) -> Result<(), TaskError> {
+    match task {
+        TaskMsg::Plan { job_id } => plan::run(&engine, job_id).await,
+        TaskMsg::Chunk { job_id, chunk_no } => chunk::run(&engine, job_id, chunk_no, &lease).await,
+        TaskMsg::ExportPlan { job_id } => export::plan(&engine, job_id).await,
+        TaskMsg::ExportChunk { job_id, chunk_no } => {
+            export::chunk(&engine, job_id, chunk_no, &lease).await
+        }
+        TaskMsg::ExportFinish { job_id } => export::finish(&engine, job_id).await,
+    }
+}
+
+/// Renews the lease every heartbeat; cancels `stop` when it is lost or the job is no longer
+/// live, or when renewals have failed (the database unreachable) for as long as a lease lasts.
+async fn keep_alive(
+    pool: sqlx::PgPool,
+    lease: Lease,
+    ttl: Duration,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let mut last_renewed = tokio::time::Instant::now();
+    let mut ticks = tokio::time::interval(every);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        match leases::renew(&pool, &lease, ttl).await {
+            Ok(true) => last_renewed = tokio::time::Instant::now(),
+            Ok(false) => break,
+            Err(err) if last_renewed.elapsed() >= ttl => {
+                tracing::warn!(item = ?lease.item, "lease lost, cannot renew it: {err}");
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    stop.cancel();
+}
+
+/// Exponential backoff with jitter after attempt `attempt` failed: about 1 s, 2 s, 4 s, …, at
+/// most 5 minutes, each cut by a random part of up to half (so a burst of failures spreads).
+fn backoff(attempt: i32) -> Duration {
+    let base = 2f64.powi(attempt.clamp(1, 20) - 1).min(300.0);
+    let jitter = (Uuid::new_v4().as_u128() % 1000) as f64 / 2000.0;
+    Duration::from_secs_f64(base * (1.0 - jitter))
 }
 
 fn host_name() -> String {
@@ -95,4 +283,19 @@ fn host_name() -> String {
         .ok()
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "host".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backoff;
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_is_capped() {
+        for attempt in 1..=12 {
+            let full = 2f64.powi(attempt - 1).min(300.0);
+            let secs = backoff(attempt).as_secs_f64();
+            assert!(secs <= full && secs >= full / 2.0, "{attempt}: {secs}");
+        }
+        assert!(backoff(50).as_secs_f64() <= 300.0);
+    }
 }

@@ -46,6 +46,14 @@ pub async fn insert_all(
     Ok(())
 }
 
+/// Every chunk's number and ticket, for queueing them all (see [`super::leases`]).
+pub async fn tickets(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<Vec<(i32, Uuid)>> {
+    sqlx::query_as("select chunk_no, ticket from job_chunks where job_id = $1 order by chunk_no")
+        .bind(job_id)
+        .fetch_all(conn)
+        .await
+}
+
 pub async fn find(pool: &PgPool, job_id: Uuid, chunk_no: i32) -> sqlx::Result<Option<Chunk>> {
     sqlx::query_as(
         "select first_row, row_count, byte_start, byte_end, state from job_chunks
@@ -58,21 +66,31 @@ pub async fn find(pool: &PgPool, job_id: Uuid, chunk_no: i32) -> sqlx::Result<Op
 }
 
 /// The done-gate: locks the chunk for the rest of the transaction and tells whether it is
-/// still to do. A second worker holding the same task waits here, then finds it done.
-pub async fn claim(conn: &mut PgConnection, job_id: Uuid, chunk_no: i32) -> sqlx::Result<bool> {
-    let state: Option<String> = sqlx::query_scalar(
-        "select state from job_chunks where job_id = $1 and chunk_no = $2 for update",
+/// still to do under the caller's lease. A second worker holding the same task waits here, then
+/// finds it done; a worker whose lease was lost (and given to another) finds it not its own.
+pub async fn claim(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    chunk_no: i32,
+    lease_owner: &str,
+) -> sqlx::Result<bool> {
+    let mine: Option<bool> = sqlx::query_scalar(
+        "select state = 'pending' and lease_owner is not distinct from $3 from job_chunks
+         where job_id = $1 and chunk_no = $2 for update",
     )
     .bind(job_id)
     .bind(chunk_no)
+    .bind(lease_owner)
     .fetch_optional(conn)
     .await?;
-    Ok(state.as_deref() == Some("pending"))
+    Ok(mine == Some(true))
 }
 
+/// Marks a claimed chunk done and frees its lease.
 pub async fn mark_done(conn: &mut PgConnection, job_id: Uuid, chunk_no: i32) -> sqlx::Result<()> {
     sqlx::query(
-        "update job_chunks set state = 'done', done_at = now()
+        "update job_chunks set state = 'done', done_at = now(), lease_owner = null,
+             lease_expires_at = null
          where job_id = $1 and chunk_no = $2 and state = 'pending'",
     )
     .bind(job_id)

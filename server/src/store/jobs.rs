@@ -1,8 +1,8 @@
 //! Jobs: creation, reads for the API and pages, and every status transition.
 
-use app::model::{JobKind, JobStatus, JobView};
+use app::model::{FailedPart, JobKind, JobStatus, JobView};
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool, types::Json};
 use uuid::Uuid;
 
 use crate::spreadsheet::csv::RowFormat;
@@ -16,7 +16,12 @@ macro_rules! select_view {
            j.finished_at, u.filename, d.name as dataset, j.format,
            j.result_upload_id is not null as has_result,
            extract(epoch from coalesce(j.finished_at, now()) - j.started_at)::float8
-               as elapsed_seconds
+               as elapsed_seconds,
+           (select coalesce(json_agg(json_build_object('part', c.chunk_no + 1,
+                        'firstRow', c.first_row, 'rowCount', c.row_count,
+                        'attempts', c.attempts, 'error', c.last_error) order by c.chunk_no), '[]')
+            from (select * from job_chunks where job_id = j.id and state = 'failed'
+                  order by chunk_no limit 100) c) as failed_parts
     from jobs j
     left join uploads u on u.id = j.upload_id
     left join datasets d on d.id = j.dataset_id ",
@@ -47,6 +52,7 @@ struct ViewRow {
     format: Option<String>,
     has_result: bool,
     elapsed_seconds: Option<f64>,
+    failed_parts: Json<Vec<FailedPart>>,
 }
 
 impl From<ViewRow> for JobView {
@@ -79,8 +85,27 @@ impl From<ViewRow> for JobView {
             started_at: row.started_at,
             finished_at: row.finished_at,
             elapsed_seconds: row.elapsed_seconds,
+            failed_parts: row.failed_parts.0,
         }
     }
+}
+
+/// How much failure a job tolerates.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Limits {
+    /// Attempts per chunk (and per step) before it fails; the table's default (5) when `None`.
+    pub max_failures_per_item: Option<i32>,
+    /// The job stops, failed, once more rows than this failed…
+    pub max_row_errors: Option<i64>,
+    /// …or more than this percentage of its rows.
+    pub max_row_errors_percent: Option<f64>,
+}
+
+/// A job just inserted, and the ticket of its first message (see [`super::leases`]).
+#[derive(Debug, Clone, Copy, sqlx::FromRow)]
+pub struct NewJob {
+    pub id: Uuid,
+    pub ticket: Uuid,
 }
 
 /// Inserts a new import job, `waiting`; `sheet` names the workbook sheet to read.
@@ -90,20 +115,24 @@ pub async fn insert_import(
     upload_id: Uuid,
     dataset_id: Uuid,
     sheet: Option<&str>,
-) -> sqlx::Result<Uuid> {
-    let id = Uuid::now_v7();
-    sqlx::query(
-        "insert into jobs (id, kind, owner, upload_id, dataset_id, sheet)
-         values ($1, 'import', $2, $3, $4, $5)",
+    limits: &Limits,
+) -> sqlx::Result<NewJob> {
+    sqlx::query_as(
+        "insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, max_failures_per_item,
+                           max_row_errors, max_row_errors_percent)
+         values ($1, 'import', $2, $3, $4, $5, coalesce($6, 5), $7, $8)
+         returning id, ticket",
     )
-    .bind(id)
+    .bind(Uuid::now_v7())
     .bind(owner)
     .bind(upload_id)
     .bind(dataset_id)
     .bind(sheet)
-    .execute(conn)
-    .await?;
-    Ok(id)
+    .bind(limits.max_failures_per_item)
+    .bind(limits.max_row_errors)
+    .bind(limits.max_row_errors_percent)
+    .fetch_one(conn)
+    .await
 }
 
 pub async fn find(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<JobView>> {
@@ -277,39 +306,145 @@ pub struct ChunkCounts {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
 pub struct ChunkAdded {
     pub version: i64,
-    /// Every chunk of the sealed plan is done: an import is now complete, an export's file
-    /// can be assembled.
-    pub last: bool,
+    /// Every chunk of an export's sealed plan is done: its file can be assembled.
+    pub finish_export: bool,
 }
 
-/// Adds a finished chunk to the counters of a running job, completing an import when this was
-/// the last chunk of a sealed plan. `None` when the job is not running.
+/// The end of a job when every chunk of its sealed plan is done or failed (`$done`, `$failed`:
+/// the counters after this change): `completed`, or `failed` if any chunk failed.
+macro_rules! job_end {
+    ($done:literal, $failed:literal) => {
+        concat!(
+            "status = case when sealed and ", $done, " + ", $failed, " = chunks_total
+                           and (kind = 'import' or ", $failed, " > 0)
+                      then case when ", $failed, " = 0 then 'completed' else 'failed' end
+                      else status end,
+             error = case when sealed and ", $done, " + ", $failed, " = chunks_total
+                          and ", $failed, " > 0
+                     then format('%s of %s parts could not be processed (each was tried %s '
+                                 'times); see the parts below. Retry the job to run them again.',
+                                 ", $failed, ", chunks_total, max_failures_per_item)
+                     else error end,
+             finished_at = case when sealed and ", $done, " + ", $failed, " = chunks_total
+                                and (kind = 'import' or ", $failed, " > 0)
+                           then now() end"
+        )
+    };
+}
+
+/// Adds a finished chunk to the counters of a running job: an import ends when this was the
+/// last chunk of a sealed plan, and fails at once when its rows in error pass the job's
+/// limit. `None` when the job is not running.
 pub async fn add_chunk(
     conn: &mut PgConnection,
     id: Uuid,
     counts: ChunkCounts,
 ) -> sqlx::Result<Option<ChunkAdded>> {
-    sqlx::query_as(
+    let added: Option<ChunkAdded> = sqlx::query_as(concat!(
         "update jobs set
              item_progress = item_progress + $2 + $3,
              rows_ok = rows_ok + $2,
              rows_failed = rows_failed + $3,
              rows_updated = rows_updated + $4,
-             chunks_done = chunks_done + 1,
-             status = case when sealed and chunks_done + 1 = chunks_total and kind = 'import'
-                           then 'completed' else status end,
-             finished_at = case when sealed and chunks_done + 1 = chunks_total and kind = 'import'
-                                then now() end,
-             version = version + 1
+             chunks_done = chunks_done + 1, ",
+        job_end!("(chunks_done + 1)", "chunks_failed"),
+        ", version = version + 1
          where id = $1 and status = 'running'
-         returning version, sealed and chunks_done = chunks_total as last",
-    )
+         returning version, kind = 'export' and sealed and chunks_failed = 0
+             and chunks_done = chunks_total as finish_export"
+    ))
     .bind(id)
     .bind(counts.ok)
     .bind(counts.failed)
     .bind(counts.updated)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if added.is_some()
+        && counts.failed > 0
+        && let Some(version) = stop_over_row_error_limit(conn, id).await?
+    {
+        return Ok(Some(ChunkAdded {
+            version,
+            finish_export: false,
+        }));
+    }
+    Ok(added)
+}
+
+/// Fails a running job whose rows in error passed its limit; the new version if it did.
+async fn stop_over_row_error_limit(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
+        "update jobs set status = 'failed', finished_at = now(), version = version + 1,
+             error = format('Stopped after %s rows with errors, more than the limit of %s. '
+                            'Fix the file and import it again.',
+                            rows_failed,
+                            case when max_row_errors is not null
+                                      and rows_failed > max_row_errors
+                                 then max_row_errors::text
+                                 else max_row_errors_percent::text || '% of the rows' end)
+         where id = $1 and status = 'running'
+           and (rows_failed > max_row_errors
+                or rows_failed * 100.0 > max_row_errors_percent * item_count)
+         returning version",
+    )
+    .bind(id)
     .fetch_optional(conn)
     .await
+}
+
+/// Counts a chunk that ran out of attempts; the job ends (failed) when it was the last one
+/// outstanding. The new version, `None` when the job is not running.
+pub async fn add_failed_chunk(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(concat!(
+        "update jobs set chunks_failed = chunks_failed + 1, ",
+        job_end!("chunks_done", "(chunks_failed + 1)"),
+        ", version = version + 1
+         where id = $1 and status = 'running'
+         returning version"
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// `waiting`/`running` → `cancelled`. The new version, `None` when the job had ended.
+pub async fn cancel(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
+        "update jobs set status = 'cancelled', finished_at = now(), version = version + 1
+         where id = $1 and status in ('waiting', 'running')
+         returning version",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// A failed or cancelled job runs again: what it had not done (its failed and pending chunks,
+/// or its plan) gets fresh attempts; the reaper queues them. Rows already written stay. The
+/// new version, `None` when the job was not failed or cancelled.
+pub async fn retry(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    let version: Option<i64> = sqlx::query_scalar(
+        "update jobs set status = case when started_at is null then 'waiting' else 'running' end,
+             error = null, finished_at = null, chunks_failed = 0, attempts = 0,
+             run_after = now(), last_error = null, lease_owner = null, lease_expires_at = null,
+             version = version + 1
+         where id = $1 and status in ('failed', 'cancelled')
+         returning version",
+    )
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if version.is_some() {
+        sqlx::query(
+            "update job_chunks set state = 'pending', attempts = 0, run_after = now(),
+                 last_error = null, lease_owner = null, lease_expires_at = null
+             where job_id = $1 and state <> 'done'",
+        )
+        .bind(id)
+        .execute(conn)
+        .await?;
+    }
+    Ok(version)
 }
 
 /// Inserts a new export job, `waiting`.
@@ -318,19 +453,20 @@ pub async fn insert_export(
     owner: &str,
     dataset_id: Uuid,
     format: &str,
-) -> sqlx::Result<Uuid> {
-    let id = Uuid::now_v7();
-    sqlx::query(
-        "insert into jobs (id, kind, owner, dataset_id, format)
-         values ($1, 'export', $2, $3, $4)",
+    limits: &Limits,
+) -> sqlx::Result<NewJob> {
+    sqlx::query_as(
+        "insert into jobs (id, kind, owner, dataset_id, format, max_failures_per_item)
+         values ($1, 'export', $2, $3, $4, coalesce($5, 5))
+         returning id, ticket",
     )
-    .bind(id)
+    .bind(Uuid::now_v7())
     .bind(owner)
     .bind(dataset_id)
     .bind(format)
-    .execute(conn)
-    .await?;
-    Ok(id)
+    .bind(limits.max_failures_per_item)
+    .fetch_one(conn)
+    .await
 }
 
 /// What the workers need to know about an export job.

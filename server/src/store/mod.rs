@@ -8,5 +8,6 @@ pub mod datasets;
 pub mod errors;
 pub mod exports;
 pub mod jobs;
+pub mod leases;
 pub mod notify;
 pub mod uploads;

@@ -12,7 +12,10 @@ use app::model::JobView;
 use futures::StreamExt;
 use reqwest::{Client, StatusCode, multipart};
 use serde_json::{Value, json};
-use server::config::{ServeArgs, WorkerArgs};
+use server::{
+    config::{ServeArgs, WorkerArgs},
+    store::leases::{self, Item, Lease},
+};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -68,11 +71,22 @@ fn with_database(url: &str, name: &str) -> String {
     out
 }
 
+/// Takes a chunk's lease for a minute, as a worker would before running it.
+#[allow(dead_code)] // Not every test binary runs chunks itself.
+pub async fn lease(db: &TestDb, job_id: Uuid, chunk_no: i32, owner: &str) -> Option<Lease> {
+    let item = Item::Chunk { job_id, chunk_no };
+    leases::acquire(&db.pool, item, owner, Duration::from_secs(60))
+        .await
+        .unwrap()
+}
+
 pub fn worker_args(chunk_rows: usize) -> WorkerArgs {
     WorkerArgs {
         concurrency: 2,
         chunk_rows,
-        heartbeat_secs: 1,
+        heartbeat_secs: 0.2,
+        lease_secs: 1.0,
+        shutdown_secs: 10.0,
         // The test binary is not the server: workbooks are converted by the real one.
         converter: Some(env!("CARGO_BIN_EXE_server").into()),
     }

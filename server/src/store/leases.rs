@@ -1,0 +1,348 @@
+//! Leases on work items, and the reaper's view of items that need a queue message.
+//!
+//! A work item is one chunk (`job_chunks`) or a job's own step (`jobs`: the plan, or an
+//! export's finish). A worker runs an item only while it holds the item's lease, which it
+//! takes with an attempt counted, renews by heartbeat, and gives back when done. The lease
+//! owner is unique per run, so a worker that lost its lease (stalled past it, or the job was
+//! cancelled) can neither renew it nor commit under it.
+//!
+//! Each item also holds the `ticket` of its current queue message (the message's idempotency
+//! key in `apalis.jobs`): the reaper gives a new message to an item that is due, not leased and
+//! has no live message, and only to such an item, so lost messages are replaced and a backlog
+//! is never queued twice.
+
+use std::time::Duration;
+
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::jobs::queue::{QUEUE, TaskMsg};
+
+/// A work item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Item {
+    /// The job's own step: its plan, or an export's finish.
+    Step(Uuid),
+    Chunk {
+        job_id: Uuid,
+        chunk_no: i32,
+    },
+}
+
+impl Item {
+    pub fn of(task: &TaskMsg) -> Item {
+        match *task {
+            TaskMsg::Plan { job_id }
+            | TaskMsg::ExportPlan { job_id }
+            | TaskMsg::ExportFinish { job_id } => Item::Step(job_id),
+            TaskMsg::Chunk { job_id, chunk_no } | TaskMsg::ExportChunk { job_id, chunk_no } => {
+                Item::Chunk { job_id, chunk_no }
+            }
+        }
+    }
+
+    pub fn job_id(self) -> Uuid {
+        match self {
+            Item::Step(job_id) | Item::Chunk { job_id, .. } => job_id,
+        }
+    }
+
+    /// The chunk number, `None` for a step (bound as `$2` in every query below).
+    fn chunk_no(self) -> Option<i32> {
+        match self {
+            Item::Step(_) => None,
+            Item::Chunk { chunk_no, .. } => Some(chunk_no),
+        }
+    }
+}
+
+/// A lease held: the item, who holds it, and what the attempt may spend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub item: Item,
+    pub owner: String,
+    /// This run's attempt number (1 = first).
+    pub attempt: i32,
+    pub max_attempts: i32,
+}
+
+/// Takes the lease of an item that is due, unleased (or whose lease expired) and still to do in
+/// a live job, counting an attempt. `None`: someone else runs it, it is done, or not yet due.
+pub async fn acquire(
+    pool: &PgPool,
+    item: Item,
+    owner: &str,
+    ttl: Duration,
+) -> sqlx::Result<Option<Lease>> {
+    let sql = match item {
+        Item::Step(_) => {
+            "update jobs j set lease_owner = $3, lease_expires_at = now() + make_interval(secs => $4),
+                 attempts = j.attempts + 1
+             where j.id = $1 and $2::integer is null and j.status in ('waiting', 'running')
+               and j.run_after <= now()
+               and (j.lease_expires_at is null or j.lease_expires_at < now())
+             returning j.attempts, j.max_failures_per_item"
+        }
+        Item::Chunk { .. } => {
+            "update job_chunks c set lease_owner = $3,
+                 lease_expires_at = now() + make_interval(secs => $4), attempts = c.attempts + 1
+             from jobs j
+             where c.job_id = $1 and c.chunk_no = $2 and j.id = c.job_id and j.status = 'running'
+               and c.state = 'pending' and c.run_after <= now()
+               and (c.lease_expires_at is null or c.lease_expires_at < now())
+             returning c.attempts, j.max_failures_per_item"
+        }
+    };
+    let taken: Option<(i32, i32)> = sqlx::query_as(sql)
+        .bind(item.job_id())
+        .bind(item.chunk_no())
+        .bind(owner)
+        .bind(ttl.as_secs_f64())
+        .fetch_optional(pool)
+        .await?;
+    Ok(taken.map(|(attempt, max_attempts)| Lease {
+        item,
+        owner: owner.to_owned(),
+        attempt,
+        max_attempts,
+    }))
+}
+
+/// Extends a lease still held. `false` when it was lost, or the job is no longer live
+/// (cancelled, failed): the run must stop.
+pub async fn renew(pool: &PgPool, lease: &Lease, ttl: Duration) -> sqlx::Result<bool> {
+    let sql = match lease.item {
+        Item::Step(_) => {
+            "update jobs set lease_expires_at = now() + make_interval(secs => $4)
+             where id = $1 and $2::integer is null and lease_owner = $3
+             returning status in ('waiting', 'running')"
+        }
+        Item::Chunk { .. } => {
+            "update job_chunks c set lease_expires_at = now() + make_interval(secs => $4)
+             from jobs j
+             where c.job_id = $1 and c.chunk_no = $2 and c.lease_owner = $3 and j.id = c.job_id
+             returning j.status = 'running'"
+        }
+    };
+    let live: Option<bool> = sqlx::query_scalar(sql)
+        .bind(lease.item.job_id())
+        .bind(lease.item.chunk_no())
+        .bind(&lease.owner)
+        .bind(ttl.as_secs_f64())
+        .fetch_optional(pool)
+        .await?;
+    Ok(live == Some(true))
+}
+
+/// Gives a lease back: after success (a step's attempts start again for its next step), or
+/// without counting the attempt (the run was stopped: shutdown, or the job was cancelled).
+pub async fn release(pool: &PgPool, lease: &Lease, succeeded: bool) -> sqlx::Result<()> {
+    let sql = match lease.item {
+        Item::Step(_) => {
+            "update jobs set lease_owner = null, lease_expires_at = null,
+                 attempts = case when $4 then 0 else attempts - 1 end,
+                 last_error = case when $4 then null else last_error end
+             where id = $1 and $2::integer is null and lease_owner = $3"
+        }
+        Item::Chunk { .. } => {
+            "update job_chunks set lease_owner = null, lease_expires_at = null,
+                 attempts = case when $4 then attempts else attempts - 1 end
+             where job_id = $1 and chunk_no = $2 and lease_owner = $3"
+        }
+    };
+    sqlx::query(sql)
+        .bind(lease.item.job_id())
+        .bind(lease.item.chunk_no())
+        .bind(&lease.owner)
+        .bind(succeeded)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// What became of an item whose attempt failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// It runs again after the backoff.
+    Retry,
+    /// That was its last attempt.
+    OutOfAttempts,
+    /// The lease had already been lost: nothing was recorded.
+    LeaseLost,
+}
+
+/// Records a failed attempt in the caller's transaction: the item is free again after
+/// `backoff`, or, out of attempts, a chunk is marked `failed` (a step stays as it is: its job
+/// is failed by the caller).
+pub async fn record_failure(
+    conn: &mut PgConnection,
+    lease: &Lease,
+    error: &str,
+    backoff: Duration,
+) -> sqlx::Result<AfterFailure> {
+    let out = lease.attempt >= lease.max_attempts;
+    let sql = match lease.item {
+        Item::Step(_) => {
+            "update jobs set lease_owner = null, lease_expires_at = null, last_error = $4,
+                 run_after = now() + make_interval(secs => $5)
+             where id = $1 and $2::integer is null and lease_owner = $3"
+        }
+        Item::Chunk { .. } => {
+            "update job_chunks set lease_owner = null, lease_expires_at = null, last_error = $4,
+                 run_after = now() + make_interval(secs => $5),
+                 state = case when $6 then 'failed' else state end
+             where job_id = $1 and chunk_no = $2 and lease_owner = $3"
+        }
+    };
+    let updated = sqlx::query(sql)
+        .bind(lease.item.job_id())
+        .bind(lease.item.chunk_no())
+        .bind(&lease.owner)
+        .bind(error)
+        .bind(backoff.as_secs_f64())
+        .bind(out)
+        .execute(conn)
+        .await?;
+    Ok(match (updated.rows_affected(), out) {
+        (0, _) => AfterFailure::LeaseLost,
+        (_, true) => AfterFailure::OutOfAttempts,
+        (_, false) => AfterFailure::Retry,
+    })
+}
+
+/// A new ticket for a job's step, whose next message the caller pushes in its transaction.
+pub async fn new_step_ticket(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<Uuid> {
+    sqlx::query_scalar("update jobs set ticket = gen_random_uuid() where id = $1 returning ticket")
+        .bind(job_id)
+        .fetch_one(conn)
+        .await
+}
+
+/// An item whose holder stopped renewing its lease (killed, machine gone, or stalled).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Expired {
+    pub job_id: Uuid,
+    pub chunk_no: Option<i32>,
+    pub attempts: i32,
+    pub max_attempts: i32,
+}
+
+impl Expired {
+    pub fn item(&self) -> Item {
+        match self.chunk_no {
+            None => Item::Step(self.job_id),
+            Some(chunk_no) => Item::Chunk {
+                job_id: self.job_id,
+                chunk_no,
+            },
+        }
+    }
+}
+
+/// Frees the items of live jobs whose lease expired, in the caller's transaction (a chunk out
+/// of attempts becomes `failed` with `reason`); returns them.
+pub async fn free_expired(conn: &mut PgConnection, reason: &str) -> sqlx::Result<Vec<Expired>> {
+    let mut freed: Vec<Expired> = sqlx::query_as(
+        "update job_chunks c set lease_owner = null, lease_expires_at = null, last_error = $1,
+             state = case when c.attempts >= j.max_failures_per_item then 'failed' else 'pending' end
+         from jobs j
+         where c.state = 'pending' and c.lease_expires_at < now() and j.id = c.job_id
+           and j.status = 'running'
+         returning c.job_id, c.chunk_no, c.attempts, j.max_failures_per_item as max_attempts",
+    )
+    .bind(reason)
+    .fetch_all(&mut *conn)
+    .await?;
+    let steps: Vec<Expired> = sqlx::query_as(
+        "update jobs set lease_owner = null, lease_expires_at = null, last_error = $1
+         where status in ('waiting', 'running') and lease_expires_at < now()
+         returning id as job_id, null::integer as chunk_no, attempts,
+             max_failures_per_item as max_attempts",
+    )
+    .bind(reason)
+    .fetch_all(&mut *conn)
+    .await?;
+    freed.extend(steps);
+    Ok(freed)
+}
+
+/// An item that needs a message: due, not leased, and without a live message.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+struct Unqueued {
+    job_id: Uuid,
+    kind: String,
+    chunk_no: Option<i32>,
+    sealed: bool,
+    ticket: Uuid,
+}
+
+/// Items that are due and free but have no live message (never queued, lost, or their last
+/// attempt failed and the backoff is over), with a new ticket each (written here, in the
+/// caller's transaction, so the caller's push uses it). A message is live while it waits, or
+/// while a worker that took it within `ttl` may still be about to take the lease.
+pub async fn take_unqueued(
+    conn: &mut PgConnection,
+    ttl: Duration,
+    limit: i64,
+) -> sqlx::Result<Vec<(TaskMsg, Uuid)>> {
+    let items: Vec<Unqueued> = sqlx::query_as(
+        "with due as (
+             select c.job_id, j.kind, c.chunk_no, j.sealed from job_chunks c
+             join jobs j on j.id = c.job_id
+             where c.state = 'pending' and j.status = 'running' and c.run_after <= now()
+               and c.lease_owner is null and not exists (select 1 from apalis.jobs m
+                   where m.job_type = $1 and m.idempotency_key = c.ticket::text
+                     and (m.status in ('Pending', 'Queued')
+                          or m.status = 'Running' and m.lock_at > now() - make_interval(secs => $2)))
+             union all
+             select j.id, j.kind, null, j.sealed from jobs j
+             where j.status in ('waiting', 'running') and j.run_after <= now()
+               and j.lease_owner is null
+               -- A step is to do: the plan, or the finish of an export whose chunks are done.
+               and (not j.sealed or (j.kind = 'export' and j.chunks_done = j.chunks_total
+                                     and j.result_upload_id is null))
+               and not exists (select 1 from apalis.jobs m
+                   where m.job_type = $1 and m.idempotency_key = j.ticket::text
+                     and (m.status in ('Pending', 'Queued')
+                          or m.status = 'Running' and m.lock_at > now() - make_interval(secs => $2)))
+             limit $3
+         ),
+         chunk_tickets as (
+             update job_chunks c set ticket = gen_random_uuid() from due
+             where due.chunk_no is not null and c.job_id = due.job_id and c.chunk_no = due.chunk_no
+             returning c.job_id, c.chunk_no, c.ticket
+         ),
+         step_tickets as (
+             update jobs j set ticket = gen_random_uuid() from due
+             where due.chunk_no is null and j.id = due.job_id
+             returning j.id as job_id, j.ticket
+         )
+         select due.job_id, due.kind, due.chunk_no, due.sealed,
+             coalesce(c.ticket, s.ticket) as ticket
+         from due
+         left join chunk_tickets c on c.job_id = due.job_id and c.chunk_no = due.chunk_no
+         left join step_tickets s on due.chunk_no is null and s.job_id = due.job_id",
+    )
+    .bind(QUEUE)
+    .bind(ttl.as_secs_f64())
+    .bind(limit)
+    .fetch_all(conn)
+    .await?;
+    Ok(items
+        .iter()
+        .map(|item| (item.task(), item.ticket))
+        .collect())
+}
+
+impl Unqueued {
+    fn task(&self) -> TaskMsg {
+        let job_id = self.job_id;
+        match (self.kind.as_str(), self.chunk_no, self.sealed) {
+            ("export", Some(chunk_no), _) => TaskMsg::ExportChunk { job_id, chunk_no },
+            (_, Some(chunk_no), _) => TaskMsg::Chunk { job_id, chunk_no },
+            ("export", None, true) => TaskMsg::ExportFinish { job_id },
+            ("export", None, false) => TaskMsg::ExportPlan { job_id },
+            (_, None, _) => TaskMsg::Plan { job_id },
+        }
+    }
+}
