@@ -6,7 +6,9 @@ mod support;
 
 use app::model::JobStatus;
 use server::jobs::{Engine, chunk, plan};
-use support::{TestDb, TestServer, WorkerProcess, csv, lease, stored_rows, worker_args};
+use support::{
+    TestDb, TestServer, WorkerProcess, csv, lease, never_stop, run, stored_rows, worker_args,
+};
 
 #[tokio::test]
 async fn a_chunk_processed_twice_counts_once() {
@@ -15,8 +17,8 @@ async fn a_chunk_processed_twice_counts_once() {
     let job = server.import("twice.csv", csv(1000), "twice").await;
     let engine = Engine::new(db.pool.clone(), &worker_args(100)).unwrap();
 
-    plan::run(&engine, job.id).await.unwrap();
-    plan::run(&engine, job.id).await.unwrap(); // a re-delivered plan is a no-op
+    plan::run(&engine, job.id, never_stop()).await.unwrap();
+    plan::run(&engine, job.id, never_stop()).await.unwrap(); // a re-delivered plan is a no-op
     let planned = server.job(job.id).await;
     assert_eq!(
         (planned.status, planned.chunks_total, planned.item_count),
@@ -33,8 +35,8 @@ async fn a_chunk_processed_twice_counts_once() {
     let first = lease(&db, job.id, 0, "a")
         .await
         .expect("a due chunk is free");
-    chunk::run(&engine, job.id, 0, &first).await.unwrap();
-    chunk::run(&engine, job.id, 0, &first).await.unwrap();
+    chunk::run(&engine, job.id, 0, run(&first)).await.unwrap();
+    chunk::run(&engine, job.id, 0, run(&first)).await.unwrap();
     assert_eq!(lease(&db, job.id, 0, "b").await, None);
     // A worker that lost its lease (it stalled past it, another took over) commits nothing,
     // alone or at the same time as the new holder, who commits once.
@@ -47,12 +49,12 @@ async fn a_chunk_processed_twice_counts_once() {
         .unwrap();
     let current = lease(&db, job.id, 1, "current").await.unwrap();
     assert_eq!(current.attempt, 2);
-    chunk::run(&engine, job.id, 1, &stalled).await.unwrap();
+    chunk::run(&engine, job.id, 1, run(&stalled)).await.unwrap();
     assert_eq!(stored_rows(&db.pool, job.id).await, (100, 100));
     let (a, b, c) = tokio::join!(
-        chunk::run(&engine, job.id, 1, &current),
-        chunk::run(&engine, job.id, 1, &current),
-        chunk::run(&engine, job.id, 1, &stalled)
+        chunk::run(&engine, job.id, 1, run(&current)),
+        chunk::run(&engine, job.id, 1, run(&current)),
+        chunk::run(&engine, job.id, 1, run(&stalled))
     );
     a.unwrap();
     b.unwrap();
@@ -66,8 +68,12 @@ async fn a_chunk_processed_twice_counts_once() {
 
     for chunk_no in 2..10 {
         let held = lease(&db, job.id, chunk_no, "d").await.unwrap();
-        chunk::run(&engine, job.id, chunk_no, &held).await.unwrap();
-        chunk::run(&engine, job.id, chunk_no, &held).await.unwrap();
+        chunk::run(&engine, job.id, chunk_no, run(&held))
+            .await
+            .unwrap();
+        chunk::run(&engine, job.id, chunk_no, run(&held))
+            .await
+            .unwrap();
     }
     let done = server.job(job.id).await;
     assert_eq!(done.status, JobStatus::Completed);

@@ -9,7 +9,7 @@ use app::model::{JobStatus, JobView};
 use calamine::{Data, DataType, Reader, Xlsx};
 use reqwest::{StatusCode, header};
 use serde_json::{Value, json};
-use support::{TestDb, TestServer, lease, worker_args};
+use support::{TestDb, TestServer, lease, run, worker_args};
 
 const ROWS: usize = 250;
 
@@ -278,7 +278,7 @@ async fn an_export_fails_clearly_when_the_dataset_changes_under_it() {
         .unwrap();
     for chunk_no in [1, 2, 0] {
         if let Some(held) = lease(&db, job.id, chunk_no, "test").await {
-            export::chunk(&engine, job.id, chunk_no, &held)
+            export::chunk(&engine, job.id, chunk_no, run(&held))
                 .await
                 .unwrap();
         }

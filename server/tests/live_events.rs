@@ -4,7 +4,7 @@ mod support;
 
 use app::model::JobStatus;
 use server::jobs::{Engine, plan};
-use support::{TestDb, TestServer, csv, worker_args};
+use support::{TestDb, TestServer, csv, never_stop, worker_args};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
@@ -21,7 +21,7 @@ async fn events_go_waiting_then_running_then_completed() {
     // Plan the job by hand: it is then running, and stays so until chunks run, so the running
     // state is certain to be pushed (a whole fast import could fit in one coalescing window).
     let engine = Engine::new(db.pool.clone(), &worker_args(200)).unwrap();
-    plan::run(&engine, job.id).await.unwrap();
+    plan::run(&engine, job.id, never_stop()).await.unwrap();
     let mut rest = events.until(|job| job.status != JobStatus::Waiting).await;
     assert_eq!(rest.last().unwrap().job.status, JobStatus::Running);
     assert_eq!(rest.last().unwrap().job.item_count, Some(3000));

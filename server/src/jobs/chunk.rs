@@ -3,19 +3,19 @@
 //! Parsing happens before the transaction, on a blocking thread. The transaction then takes the
 //! chunk's done-gate (a row lock on a `pending` chunk): a second delivery of the same task waits
 //! there and then finds the chunk done, so rows and counters are written once however often
-//! the task runs.
+//! the task runs. A run told to stop (see [`super::Run`]) stops before writing or instead of
+//! committing.
 
 use std::collections::HashMap;
 
 use uuid::Uuid;
 
-use super::{Engine, TaskError};
+use super::{Engine, Run, TaskError};
 use crate::{
     spreadsheet::csv,
     store::{
         chunks, datasets, errors,
         jobs::{self, ChunkCounts},
-        leases::Lease,
         notify, uploads,
     },
 };
@@ -24,7 +24,7 @@ pub async fn run(
     engine: &Engine,
     job_id: Uuid,
     chunk_no: i32,
-    lease: &Lease,
+    run: Run<'_>,
 ) -> Result<(), TaskError> {
     let pool = &engine.pool;
     let Some(chunk) = chunks::find(pool, job_id, chunk_no).await? else {
@@ -64,8 +64,11 @@ pub async fn run(
         return super::fail(pool, job_id, &reason).await;
     }
 
+    if run.stop.is_cancelled() {
+        return Ok(());
+    }
     let mut tx = pool.begin().await?;
-    if !chunks::claim(&mut tx, job_id, chunk_no, &lease.owner).await? {
+    if !chunks::claim(&mut tx, job_id, chunk_no, &run.lease.owner).await? {
         return Ok(());
     }
     let mut counts = ChunkCounts {
@@ -96,6 +99,12 @@ pub async fn run(
         return Ok(());
     };
     notify::job_changed(&mut tx, job_id, added.version).await?;
+    if run.stop.is_cancelled() {
+        // Stopped while writing (the job was cancelled, the lease lost, the process is
+        // stopping): this run counts for nothing.
+        tx.rollback().await?;
+        return Ok(());
+    }
     tx.commit().await?;
     Ok(())
 }

@@ -16,10 +16,10 @@ use std::{
 use futures::{StreamExt, TryStreamExt, stream};
 use serde::{Deserialize, Serialize};
 use tokio::{io::AsyncReadExt, io::AsyncWriteExt, process::Command};
-use tokio_util::io::ReaderStream;
+use tokio_util::{io::ReaderStream, sync::CancellationToken};
 use uuid::Uuid;
 
-use super::{Engine, TaskError, export::CSV_TYPE};
+use super::{Engine, TaskError, export::CSV_TYPE, pipe};
 use crate::{
     config::ConvertArgs,
     spreadsheet::{
@@ -64,6 +64,7 @@ pub async fn source(
     engine: &Engine,
     job_id: Uuid,
     job: &ImportJob,
+    stop: &CancellationToken,
 ) -> Result<Result<Source, FileError>, TaskError> {
     if let Some(upload_id) = job.data_upload_id {
         return Ok(Ok(Source {
@@ -155,13 +156,19 @@ pub async fn source(
     // Owned by `save`: if storing fails, dropping the stream kills the child (`kill_on_drop`),
     // which ends the feed and stderr instead of leaving them blocked on full pipes.
     let csv = Box::pin(
-        ReaderStream::new(stdout)
-            .chain(exited)
-            .map_err(UploadError::from),
+        pipe::until_stopped(
+            Box::pin(ReaderStream::new(stdout).chain(exited)),
+            stop.clone(),
+        )
+        .map_err(UploadError::from),
     );
     let filename = format!("{}.csv", upload.filename);
     let save = uploads::save(pool, &job.owner, &filename, Some(CSV_TYPE), usize::MAX, csv);
     let (fed, report, saved) = tokio::join!(feed, report, save);
+    if stop.is_cancelled() {
+        // The child was killed for the stop, not for the file.
+        return Err(io::Error::other(pipe::STOPPED).into());
+    }
     fed?;
     let outcome = report?
         .lines()

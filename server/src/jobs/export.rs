@@ -12,10 +12,11 @@
 
 use futures::{StreamExt, TryStreamExt};
 use rust_xlsxwriter::XlsxError;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::{
-    Engine, TaskError, pipe,
+    Engine, Run, TaskError, pipe,
     queue::{self, TaskMsg},
 };
 use crate::{
@@ -23,8 +24,7 @@ use crate::{
     store::{
         chunks, datasets, exports,
         jobs::{self, ChunkCounts},
-        leases::{self, Lease},
-        notify,
+        leases, notify,
         uploads::{self, UploadError},
     },
 };
@@ -79,7 +79,7 @@ pub async fn chunk(
     engine: &Engine,
     job_id: Uuid,
     chunk_no: i32,
-    lease: &Lease,
+    run: Run<'_>,
 ) -> Result<(), TaskError> {
     let pool = &engine.pool;
     let Some(range) = exports::pending_range(pool, job_id, chunk_no).await? else {
@@ -107,8 +107,11 @@ pub async fn chunk(
     let count = rows.len() as i64;
     let part = tokio::task::spawn_blocking(move || output::rows_csv(&columns, &rows)).await?;
 
+    if run.stop.is_cancelled() {
+        return Ok(());
+    }
     let mut tx = pool.begin().await?;
-    if !chunks::claim(&mut tx, job_id, chunk_no, &lease.owner).await? {
+    if !chunks::claim(&mut tx, job_id, chunk_no, &run.lease.owner).await? {
         return Ok(());
     }
     exports::insert_part(&mut tx, job_id, chunk_no, &part).await?;
@@ -126,11 +129,19 @@ pub async fn chunk(
         queue::push(&mut tx, &[(TaskMsg::ExportFinish { job_id }, ticket)]).await?;
     }
     notify::job_changed(&mut tx, job_id, added.version).await?;
+    if run.stop.is_cancelled() {
+        tx.rollback().await?;
+        return Ok(());
+    }
     tx.commit().await?;
     Ok(())
 }
 
-pub async fn finish(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
+pub async fn finish(
+    engine: &Engine,
+    job_id: Uuid,
+    stop: &CancellationToken,
+) -> Result<(), TaskError> {
     let pool = &engine.pool;
     let job = {
         let mut conn = pool.acquire().await?;
@@ -148,7 +159,10 @@ pub async fn finish(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     let header = output::header_csv(&columns);
     let csv = futures::stream::iter([Ok(header)]).chain(exports::parts(pool, job_id));
     let filename = format!("{}.{}", job.dataset, job.format);
-    let csv = csv.map_err(std::io::Error::other);
+    let csv = Box::pin(pipe::until_stopped(
+        Box::pin(csv.map_err(std::io::Error::other)),
+        stop.clone(),
+    ));
     let saved = if job.format == "xlsx" {
         let sheet = sheet_name(&job.dataset);
         let (xlsx, written) = pipe::convert(csv, move |input, out| {

@@ -38,10 +38,20 @@ pub use error::TaskError;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::{
     config::WorkerArgs,
-    store::{jobs, notify},
+    store::{jobs, leases::Lease, notify},
 };
+
+/// A chunk's run: the lease it holds (its commit checks it) and the signal to stop at the
+/// next safe point (lease lost, job cancelled, process stopping).
+#[derive(Clone, Copy)]
+pub struct Run<'a> {
+    pub lease: &'a Lease,
+    pub stop: &'a CancellationToken,
+}
 
 /// What every task needs.
 #[derive(Clone)]

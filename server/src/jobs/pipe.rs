@@ -7,6 +7,7 @@ use std::io::{self, Read, Write};
 use futures::{Stream, StreamExt};
 use tokio::{sync::mpsc, task::JoinError};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
 
 use crate::store::uploads::PART_BYTES;
 
@@ -150,3 +151,24 @@ where
     drop(in_tx);
     handle.await
 }
+
+/// `parts`, checked for `stop` between items: once it fires, the stream ends with an error, so
+/// whoever reads it fails instead of taking a cut-off file for whole. (The check is between
+/// items, never racing a read: a read dropped half-way would spoil its connection.)
+pub fn until_stopped<S, T>(parts: S, stop: CancellationToken) -> impl Stream<Item = io::Result<T>>
+where
+    S: Stream<Item = io::Result<T>> + Unpin,
+{
+    futures::stream::unfold(Some((parts, stop)), |state| async move {
+        let (mut parts, stop) = state?;
+        if stop.is_cancelled() {
+            return Some((Err(io::Error::other(STOPPED)), None));
+        }
+        let item = parts.next().await?;
+        Some((item, Some((parts, stop))))
+    })
+}
+
+/// Why a stopped stream ended.
+pub const STOPPED: &str =
+    "stopped: the job was cancelled, its lease lost, or the worker is stopping";

@@ -16,6 +16,7 @@ use super::{
     queue::{self, TaskMsg},
 };
 use sqlx::PgConnection;
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     spreadsheet::{
@@ -26,7 +27,7 @@ use crate::{
     store::{chunks, datasets, jobs, notify, uploads},
 };
 
-pub async fn run(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
+pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Result<(), TaskError> {
     let mut tx = engine.pool.begin().await?;
     let Some(job) = jobs::lock_import_job(&mut tx, job_id).await? else {
         return Ok(());
@@ -43,11 +44,11 @@ pub async fn run(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     }
     tx.commit().await?;
 
-    let source = match convert::source(engine, job_id, &job).await? {
+    let source = match convert::source(engine, job_id, &job, stop).await? {
         Ok(source) => source,
         Err(reason) => return super::fail(&engine.pool, job_id, &reason.to_string()).await,
     };
-    match scan_upload(engine, source.upload_id).await {
+    match scan_upload(engine, source.upload_id, stop).await {
         Ok(plan) => {
             let plan = Plan {
                 header_row: source.header_row,
@@ -62,9 +63,14 @@ pub async fn run(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     }
 }
 
-async fn scan_upload(engine: &Engine, upload_id: Uuid) -> Result<Plan, ScanError> {
+async fn scan_upload(
+    engine: &Engine,
+    upload_id: Uuid,
+    stop: &CancellationToken,
+) -> Result<Plan, ScanError> {
     let chunk_rows = engine.chunk_rows;
-    let parts = Box::pin(uploads::stream(engine.pool.clone(), upload_id).map_err(io::Error::other));
+    let parts = uploads::stream(engine.pool.clone(), upload_id).map_err(io::Error::other);
+    let parts = Box::pin(pipe::until_stopped(Box::pin(parts), stop.clone()));
     pipe::read_with(parts, move |input| csv::scan(input, chunk_rows))
         .await
         .map_err(io::Error::other)?

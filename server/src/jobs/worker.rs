@@ -21,14 +21,14 @@
 
 use std::time::Duration;
 
-use apalis::prelude::{BackendExt, BoxDynError, Data, Strategy, WorkerBuilder};
+use apalis::prelude::{BackendExt, BoxDynError, Data, Strategy, WorkerBuilder, WorkerBuilderExt};
 use apalis_postgres::{Config, PostgresStorage, Pubsub};
 use tokio::task::JoinSet;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use uuid::Uuid;
 
 use super::{
-    Engine, TaskError, chunk, export, plan,
+    Engine, Run, TaskError, chunk, export, plan,
     queue::{QUEUE, TaskMsg},
     reaper,
 };
@@ -71,8 +71,11 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
         let backend = PostgresStorage::<TaskMsg>::new(&engine.pool)
             .with_config(config)
             .poll_with_strategy(strategy);
+        // One task at a time: without the limit an apalis worker keeps fetching and runs every
+        // message it fetched at once.
         let worker = WorkerBuilder::new(name.clone())
             .backend(backend)
+            .concurrency(1)
             .data(runner.clone())
             .build(handle);
         let stop = shutdown.clone();
@@ -93,22 +96,33 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
         shutdown.clone(),
     ));
     tracing::info!(workers = args.concurrency, %process, "workers running");
-    while workers.join_next().await.is_some() {}
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        () = join_all(&mut workers) => tracing::error!("every worker stopped"),
+    }
 
-    runner.runs.close();
+    // Stopping: apalis stops fetching; what runs gets the grace, counted from now.
+    let drained = async {
+        join_all(&mut workers).await;
+        runner.runs.close();
+        runner.runs.wait().await;
+    };
     let grace = args.shutdown_grace();
-    if tokio::time::timeout(grace, runner.runs.wait())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!(
             running = runner.runs.len(),
             "stopping the chunks still running after {grace:?}; other workers will run them"
         );
         runner.stop_all.cancel();
+        join_all(&mut workers).await;
+        runner.runs.close();
         runner.runs.wait().await;
     }
     tracing::info!("workers stopped");
+}
+
+async fn join_all(tasks: &mut JoinSet<()>) {
+    while tasks.join_next().await.is_some() {}
 }
 
 /// Runs one message's item (see the module docs). Always `Ok`: our tables keep attempts.
@@ -138,13 +152,6 @@ struct Runner {
     runs: TaskTracker,
 }
 
-/// How a run ended.
-enum Ended {
-    Finished(Result<(), TaskError>),
-    /// The lease was lost, the job is no longer live, or the process is stopping.
-    Stopped,
-}
-
 impl Runner {
     async fn run(&self, task: TaskMsg) {
         let pool = &self.engine.pool;
@@ -168,19 +175,24 @@ impl Runner {
             self.heartbeat,
             stop.clone(),
         ));
-        let mut work = tokio::spawn(execute(self.engine.clone(), task.clone(), lease.clone()));
-        let ended = tokio::select! {
-            result = &mut work => Ended::Finished(result.map_err(TaskError::from).and_then(|r| r)),
-            () = stop.cancelled() => {
-                work.abort();
-                Ended::Stopped
-            }
-        };
+        // The work stops itself at its next safe point once `stop` fires (never dropped in
+        // the middle of a statement, which would leave its connection unusable).
+        let work = tokio::spawn(execute(
+            self.engine.clone(),
+            task.clone(),
+            lease.clone(),
+            stop.clone(),
+        ));
+        let ended = work
+            .await
+            .map_err(TaskError::from)
+            .and_then(|result| result);
         heartbeat.abort();
         let recorded = match ended {
-            Ended::Finished(Ok(())) => leases::release(pool, &lease, true).await,
-            Ended::Stopped => leases::release(pool, &lease, false).await,
-            Ended::Finished(Err(err)) => self.record_failure(&lease, &task, &err).await,
+            // Stopped: whatever it returned, the attempt does not count.
+            _ if stop.is_cancelled() => leases::release(pool, &lease, false).await,
+            Ok(()) => leases::release(pool, &lease, true).await,
+            Err(err) => self.record_failure(&lease, &task, &err).await,
         };
         if let Err(err) = recorded {
             // The lease runs out and the reaper frees the item.
@@ -230,15 +242,24 @@ impl Runner {
     }
 }
 
-async fn execute(engine: Engine, task: TaskMsg, lease: Lease) -> Result<(), TaskError> {
+async fn execute(
+    engine: Engine,
+    task: TaskMsg,
+    lease: Lease,
+    stop: CancellationToken,
+) -> Result<(), TaskError> {
+    let run = Run {
+        lease: &lease,
+        stop: &stop,
+    };
     match task {
-        TaskMsg::Plan { job_id } => plan::run(&engine, job_id).await,
-        TaskMsg::Chunk { job_id, chunk_no } => chunk::run(&engine, job_id, chunk_no, &lease).await,
+        TaskMsg::Plan { job_id } => plan::run(&engine, job_id, &stop).await,
+        TaskMsg::Chunk { job_id, chunk_no } => chunk::run(&engine, job_id, chunk_no, run).await,
         TaskMsg::ExportPlan { job_id } => export::plan(&engine, job_id).await,
         TaskMsg::ExportChunk { job_id, chunk_no } => {
-            export::chunk(&engine, job_id, chunk_no, &lease).await
+            export::chunk(&engine, job_id, chunk_no, run).await
         }
-        TaskMsg::ExportFinish { job_id } => export::finish(&engine, job_id).await,
+        TaskMsg::ExportFinish { job_id } => export::finish(&engine, job_id, &stop).await,
     }
 }
 

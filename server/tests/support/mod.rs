@@ -14,6 +14,7 @@ use reqwest::{Client, StatusCode, multipart};
 use serde_json::{Value, json};
 use server::{
     config::{ServeArgs, WorkerArgs},
+    jobs::Run,
     store::leases::{self, Item, Lease},
 };
 use sqlx::PgPool;
@@ -69,6 +70,23 @@ fn with_database(url: &str, name: &str) -> String {
         out.push_str(query);
     }
     out
+}
+
+/// A stop signal that never fires, for tasks a test runs itself.
+#[allow(dead_code)] // Not every test binary runs tasks itself.
+pub fn never_stop() -> &'static CancellationToken {
+    static NEVER: std::sync::LazyLock<CancellationToken> =
+        std::sync::LazyLock::new(CancellationToken::new);
+    &NEVER
+}
+
+/// A chunk run under `lease`, never told to stop.
+#[allow(dead_code)]
+pub fn run(lease: &Lease) -> Run<'_> {
+    Run {
+        lease,
+        stop: never_stop(),
+    }
 }
 
 /// Takes a chunk's lease for a minute, as a worker would before running it.
@@ -173,16 +191,17 @@ impl TestServer {
         dataset: &str,
         sheet: Option<&str>,
     ) -> JobView {
+        let request = json!({ "dataset": dataset, "sheet": sheet });
+        self.import_with(filename, bytes, request).await
+    }
+
+    /// Uploads a file and imports it with the given request fields (`fileGuid` and
+    /// `jobType` are added).
+    pub async fn import_with(&self, filename: &str, bytes: Vec<u8>, mut request: Value) -> JobView {
         let upload = self.upload(filename, bytes).await;
-        let response = self
-            .client
-            .post(self.url("/api/jobs"))
-            .json(&json!({
-                "jobType": "import", "fileGuid": upload["id"], "dataset": dataset, "sheet": sheet
-            }))
-            .send()
-            .await
-            .unwrap();
+        request["jobType"] = json!("import");
+        request["fileGuid"] = upload["id"].clone();
+        let response = self.post_json("/api/jobs", request).await;
         assert_eq!(response.status(), StatusCode::ACCEPTED);
         // With workers running, the job may have moved on by the time the answer is read.
         response.json().await.unwrap()
@@ -331,14 +350,21 @@ pub struct WorkerProcess(Child);
 
 impl WorkerProcess {
     pub fn start(db: &TestDb, chunk_rows: usize) -> Self {
+        Self::start_with(db, chunk_rows, &[])
+    }
+
+    /// With extra `CONVEYOR_…` settings.
+    pub fn start_with(db: &TestDb, chunk_rows: usize, settings: &[(&str, &str)]) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_server"))
             .arg("worker")
             .env("DATABASE_URL", &db.url)
             .env("CONVEYOR_CHUNK_ROWS", chunk_rows.to_string())
             .env("CONVEYOR_WORKER_CONCURRENCY", "1")
-            .env("CONVEYOR_HEARTBEAT_SECS", "1")
+            .env("CONVEYOR_HEARTBEAT_SECS", "0.2")
+            .env("CONVEYOR_LEASE_SECS", "1")
             .env("CONVEYOR_DB_POOL", "4")
             .env("RUST_LOG", "warn")
+            .envs(settings.iter().copied())
             .stdin(Stdio::null())
             .spawn()
             .expect("start a worker process");
@@ -349,6 +375,16 @@ impl WorkerProcess {
     pub fn kill_9(mut self) {
         self.0.kill().expect("kill -9 the worker");
         self.0.wait().expect("reap the worker");
+    }
+
+    /// SIGTERM, as a deploy or `docker stop` sends; waits for the process to exit.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "SIGTERM the worker");
+        self.0.wait().expect("wait for the worker to exit")
     }
 }
 

@@ -1,0 +1,254 @@
+//! Fault tests with real `server worker` processes against a real PostgreSQL: graceful
+//! shutdown, cancel, transient failures with retries and a retry of what failed, and the row
+//! error budget. (SIGKILL at random points is in `exactly_once.rs`.)
+//!
+//! Slow or failing chunks are made with a trigger on `dataset_rows`, in the test's own
+//! database: the worker under test is the real binary, unchanged.
+
+mod support;
+
+use std::time::Duration;
+
+use app::model::JobStatus;
+use reqwest::StatusCode;
+use serde_json::json;
+use support::{TestDb, TestServer, WorkerProcess, csv, stored_rows};
+use uuid::Uuid;
+
+/// Makes every insert into `dataset_rows` run `body` (PL/pgSQL) first.
+async fn install_trigger(db: &TestDb, body: &str) {
+    // The bodies are this file's own constants.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "create or replace function test_fault() returns trigger language plpgsql as $$
+         begin {body} return new; end $$"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "create or replace trigger test_fault before insert on dataset_rows
+         for each row execute function test_fault()",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+async fn drop_trigger(db: &TestDb) {
+    sqlx::query("drop trigger test_fault on dataset_rows")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+/// Chunks of the job whose lease is held.
+async fn leased_chunks(db: &TestDb, job_id: Uuid) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from job_chunks where job_id = $1 and lease_owner is not null",
+    )
+    .bind(job_id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// Waits until no chunk of the job is leased. Leases change without a notification, so this
+/// polls the table, with a deadline.
+async fn until_no_lease(db: &TestDb, job_id: Uuid) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while leased_chunks(db, job_id).await > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "leases still held after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn sigterm_gives_back_running_chunks_and_another_worker_finishes() {
+    const ROWS: usize = 2_000;
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    // Each row takes 5 ms to write: a 100-row chunk runs for half a second, longer than the
+    // worker's shutdown grace.
+    install_trigger(&db, "perform pg_sleep(0.005);").await;
+    let job = server.import("slow.csv", csv(ROWS), "slow").await;
+    let mut events = server.events(job.id, None).await;
+
+    let worker = WorkerProcess::start_with(&db, 100, &[("CONVEYOR_SHUTDOWN_SECS", "0.1")]);
+    events.until(|job| job.chunks_done >= 1).await;
+    let status = worker.terminate();
+    assert!(status.success(), "a stopped worker exits 0, not {status}");
+    assert_eq!(
+        leased_chunks(&db, job.id).await,
+        0,
+        "the stopped worker gave its chunk back"
+    );
+    let stopped = server.job(job.id).await;
+    assert_eq!(stopped.status, JobStatus::Running);
+    assert!(stopped.chunks_done < stopped.chunks_total);
+
+    drop_trigger(&db).await;
+    let _next = WorkerProcess::start(&db, 100);
+    let done = events
+        .until(|job| job.status.is_finished())
+        .await
+        .pop()
+        .unwrap()
+        .job;
+    assert_eq!(done.status, JobStatus::Completed, "{:?}", done.error);
+    let rows = ROWS as i64;
+    assert_eq!((done.rows_ok, done.item_progress), (rows, rows));
+    assert_eq!(stored_rows(&db.pool, job.id).await, (rows, rows));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn cancel_stops_running_chunks_and_retry_resumes_exactly() {
+    const ROWS: usize = 3_000;
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    install_trigger(&db, "perform pg_sleep(0.002);").await;
+    let job = server.import("cancel.csv", csv(ROWS), "cancelled").await;
+    let mut events = server.events(job.id, None).await;
+    let _worker = WorkerProcess::start_with(&db, 100, &[("CONVEYOR_WORKER_CONCURRENCY", "2")]);
+    events.until(|job| job.chunks_done >= 2).await;
+
+    let response = server
+        .post_json(&format!("/api/jobs/{}/cancel", job.id), json!({}))
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let cancelled: app::model::JobView = response.json().await.unwrap();
+    assert_eq!(cancelled.status, JobStatus::Cancelled);
+    // Running chunks notice at their next heartbeat and stop without committing.
+    until_no_lease(&db, job.id).await;
+    let after = server.job(job.id).await;
+    assert_eq!(after.status, JobStatus::Cancelled);
+    assert_eq!(
+        after.chunks_done, cancelled.chunks_done,
+        "no chunk committed after the cancel"
+    );
+    assert_eq!(stored_rows(&db.pool, job.id).await.0, after.rows_ok);
+    let again = server
+        .post_json(&format!("/api/jobs/{}/cancel", job.id), json!({}))
+        .await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+
+    drop_trigger(&db).await;
+    let retried = server
+        .post_json(&format!("/api/jobs/{}/retry", job.id), json!({}))
+        .await;
+    assert_eq!(retried.status(), StatusCode::OK);
+    let done = server.finished(job.id).await;
+    assert_eq!(done.status, JobStatus::Completed, "{:?}", done.error);
+    let rows = ROWS as i64;
+    assert_eq!((done.rows_ok, done.item_progress), (rows, rows));
+    assert_eq!(stored_rows(&db.pool, job.id).await, (rows, rows));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_part_that_keeps_failing_is_retried_then_failed_and_retry_runs_only_it() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    // Row 250 (in the third part of 100 rows) cannot be written until the trigger goes.
+    install_trigger(
+        &db,
+        "if new.row_no = 250 then raise exception 'the disk is on fire'; end if;",
+    )
+    .await;
+    let job = server
+        .import_with(
+            "flaky.csv",
+            csv(1000),
+            json!({ "dataset": "flaky", "maxFailuresPerItem": 3 }),
+        )
+        .await;
+    let _worker = WorkerProcess::start(&db, 100);
+    let failed = server.finished(job.id).await;
+    assert_eq!(failed.status, JobStatus::Failed);
+    assert_eq!((failed.chunks_done, failed.rows_ok), (9, 900));
+    let error = failed.error.clone().unwrap();
+    assert!(
+        error.contains("1 of 10 parts could not be processed (each was tried 3 times)"),
+        "{error}"
+    );
+    let [part] = failed.failed_parts.as_slice() else {
+        panic!("one failed part: {:?}", failed.failed_parts)
+    };
+    assert_eq!(
+        (part.part, part.first_row, part.row_count, part.attempts),
+        (3, 201, 100, 3)
+    );
+    assert!(
+        part.error
+            .as_deref()
+            .unwrap()
+            .contains("the disk is on fire"),
+        "{part:?}"
+    );
+
+    drop_trigger(&db).await;
+    let retried = server
+        .post_json(&format!("/api/jobs/{}/retry", job.id), json!({}))
+        .await;
+    assert_eq!(retried.status(), StatusCode::OK);
+    let done = server.finished(job.id).await;
+    assert_eq!(done.status, JobStatus::Completed, "{:?}", done.error);
+    assert_eq!((done.rows_ok, done.chunks_done), (1000, 10));
+    assert!(done.failed_parts.is_empty());
+    assert_eq!(stored_rows(&db.pool, job.id).await, (1000, 1000));
+    let retry_done = server
+        .post_json(&format!("/api/jobs/{}/retry", job.id), json!({}))
+        .await;
+    assert_eq!(retry_done.status(), StatusCode::CONFLICT);
+    server.stop().await;
+}
+
+/// 1,000 rows of which every tenth has a field too many.
+fn one_in_ten_bad() -> Vec<u8> {
+    let mut text = String::from("id,name\n");
+    for i in 1..=1000 {
+        if i % 10 == 0 {
+            text.push_str(&format!("{i},x,extra\n"));
+        } else {
+            text.push_str(&format!("{i},x\n"));
+        }
+    }
+    text.into_bytes()
+}
+
+#[tokio::test]
+async fn a_file_past_its_row_error_budget_stops_with_that_reason() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(support::worker_args(100))).await;
+    for (budget, dataset) in [(json!(5), "count"), (json!("5%"), "percent")] {
+        let job = server
+            .import_with(
+                "bad.csv",
+                one_in_ten_bad(),
+                json!({ "dataset": dataset, "maxRowErrors": budget }),
+            )
+            .await;
+        let done = server.finished(job.id).await;
+        assert_eq!(done.status, JobStatus::Failed, "{budget}");
+        let error = done.error.unwrap();
+        assert!(error.starts_with("Stopped after "), "{error}");
+        assert!(done.chunks_done < 10, "stopped early: {}", done.chunks_done);
+    }
+    let request = json!({ "dataset": "within", "maxRowErrors": "20%" });
+    let within = server
+        .import_with("ok.csv", one_in_ten_bad(), request)
+        .await;
+    let done = server.finished(within.id).await;
+    assert_eq!((done.status, done.rows_failed), (JobStatus::Completed, 100));
+    let bad = server
+        .post_json(
+            "/api/jobs",
+            json!({ "jobType": "import", "fileGuid": Uuid::nil(), "dataset": "x", "maxRowErrors": "lots" }),
+        )
+        .await;
+    assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    server.stop().await;
+}
