@@ -41,3 +41,18 @@ pub async fn create_job(body: Value) -> Result<String, String> {
         Err("Starting a job needs JavaScript".to_owned())
     }
 }
+
+/// `POST /api/jobs/{id}/{action}` (`cancel` or `retry`); the job as it is now.
+pub async fn job_action(id: uuid::Uuid, action: &str) -> Result<crate::model::JobView, String> {
+    #[cfg(feature = "hydrate")]
+    {
+        let url = format!("/api/jobs/{id}/{action}");
+        let job = send(gloo_net::http::Request::post(&url).build()).await?;
+        serde_json::from_value(job).map_err(|e| e.to_string())
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        let _ = (id, action);
+        Err("Changing a job needs JavaScript".to_owned())
+    }
+}

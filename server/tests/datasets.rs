@@ -165,8 +165,9 @@ async fn concurrent_keyed_imports_end_with_the_newest_rows_and_exact_counts() {
         .unwrap();
     assert_eq!(created.status(), StatusCode::CREATED);
 
-    // The same keys, in opposite orders, imported at the same time: the chunks of both jobs
-    // interleave and lock overlapping keys.
+    // The same keys, in opposite orders, imported at the same time (each with its own
+    // serialize key: by default imports into one dataset run one after the other): the chunks
+    // of both jobs interleave and lock overlapping keys.
     let file = |src: &str, ids: Vec<i64>| {
         let mut text = String::from("id,src\n");
         for id in ids {
@@ -174,11 +175,12 @@ async fn concurrent_keyed_imports_end_with_the_newest_rows_and_exact_counts() {
         }
         text.into_bytes()
     };
+    let at_once = |key: &str| json!({ "dataset": "keyed", "serializeKey": key });
     let older = server
-        .import("a.csv", file("a", (1..=ROWS).collect()), "keyed")
+        .import_with("a.csv", file("a", (1..=ROWS).collect()), at_once("a"))
         .await;
     let newer = server
-        .import("b.csv", file("b", (1..=ROWS).rev().collect()), "keyed")
+        .import_with("b.csv", file("b", (1..=ROWS).rev().collect()), at_once("b"))
         .await;
     let (a, b) = tokio::join!(server.finished(older.id), server.finished(newer.id));
     assert_eq!(

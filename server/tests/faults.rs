@@ -252,3 +252,79 @@ async fn a_file_past_its_row_error_budget_stops_with_that_reason() {
     assert_eq!(bad.status(), StatusCode::UNPROCESSABLE_ENTITY);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_repeated_create_with_the_same_key_returns_the_first_job() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let upload = server.upload("once.csv", csv(10)).await;
+    let body = json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": "once" });
+    let create = |key: &'static str| {
+        server
+            .client
+            .post(server.url("/api/jobs"))
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+    };
+    let first = create("order-42").await.unwrap();
+    assert_eq!(first.status(), StatusCode::ACCEPTED);
+    let first: app::model::JobView = first.json().await.unwrap();
+    let again = create("order-42").await.unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let again: app::model::JobView = again.json().await.unwrap();
+    assert_eq!(again.id, first.id);
+    // The same key in the body works the same way; another key makes another job.
+    let mut keyed = body.clone();
+    keyed["dedupeKey"] = json!("order-42");
+    let by_body: app::model::JobView = server
+        .post_json("/api/jobs", keyed)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(by_body.id, first.id);
+    let other: app::model::JobView = create("order-43").await.unwrap().json().await.unwrap();
+    assert_ne!(other.id, first.id);
+    let jobs: i64 = sqlx::query_scalar("select count(*) from jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 2);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn jobs_with_the_same_serialize_key_run_one_at_a_time_in_order() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(support::worker_args(100))).await;
+    // Three imports into one dataset (its name is the default key), queued at once; a fourth,
+    // into another dataset, may run alongside.
+    let mut queued = Vec::new();
+    for n in 0..3 {
+        queued.push(
+            server
+                .import(&format!("{n}.csv"), csv(1500), "ordered")
+                .await,
+        );
+    }
+    let elsewhere = server.import("x.csv", csv(1500), "elsewhere").await;
+    let mut done = Vec::new();
+    for job in &queued {
+        done.push(server.finished(job.id).await);
+    }
+    assert_eq!(
+        server.finished(elsewhere.id).await.status,
+        JobStatus::Completed
+    );
+    for pair in done.windows(2) {
+        let (earlier, later) = (&pair[0], &pair[1]);
+        assert_eq!(earlier.status, JobStatus::Completed);
+        assert!(
+            later.started_at.unwrap() >= earlier.finished_at.unwrap(),
+            "{later:?} started before {earlier:?} finished"
+        );
+    }
+    server.stop().await;
+}

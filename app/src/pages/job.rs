@@ -8,9 +8,55 @@ use uuid::Uuid;
 use crate::{
     data::get_job,
     live,
-    model::{JobKind, JobStatus, JobView, count_of},
-    pages::NotFound,
+    model::{JobKind, JobStatus, JobView, count_of, thousands},
+    pages::{NotFound, controls::JobControls},
 };
+
+/// Follows the job's event stream until the job ends; a new one is mounted to follow again.
+#[component]
+fn Follow(id: Uuid, state: RwSignal<JobView>) -> impl IntoView {
+    live::subscribe(format!("/api/jobs/{id}/events"), move |update: JobView| {
+        let finished = update.status.is_finished();
+        if update.version > state.get_untracked().version {
+            state.set(update);
+        }
+        !finished
+    });
+}
+
+/// The parts that failed every attempt, with their last error.
+#[component]
+fn FailedParts(state: RwSignal<JobView>) -> impl IntoView {
+    move || {
+        let parts = state.read().failed_parts.clone();
+        (!parts.is_empty()).then(|| {
+            let items = parts
+                .into_iter()
+                .map(|part| {
+                    let last = part.first_row + i64::from(part.row_count) - 1;
+                    view! {
+                        <li data-testid="failed-part">
+                            <strong>
+                                {format!(
+                                    "Part {} (rows {} to {})",
+                                    part.part,
+                                    thousands(part.first_row),
+                                    thousands(last),
+                                )}
+                            </strong>
+                            {format!(
+                                ", tried {} times: {}",
+                                part.attempts,
+                                part.error.unwrap_or_default(),
+                            )}
+                        </li>
+                    }
+                })
+                .collect_view();
+            view! { <ul class="failed-parts error">{items}</ul> }
+        })
+    }
+}
 
 #[component]
 pub fn JobPage() -> impl IntoView {
@@ -43,21 +89,28 @@ pub fn JobPage() -> impl IntoView {
     }
 }
 
-/// The job card, kept current by the job's event stream.
+/// The job card, kept current by the job's event stream (followed again after a retry).
 #[component]
 fn LiveJob(job: JobView) -> impl IntoView {
     let id = job.id;
     let state = RwSignal::new(job);
-    live::subscribe(format!("/api/jobs/{id}/events"), move |update: JobView| {
-        let finished = update.status.is_finished();
-        if update.version > state.get_untracked().version {
-            state.set(update);
+    let following = RwSignal::new(0u32);
+    let on_changed = Callback::new(move |job: JobView| {
+        let restarted = !job.status.is_finished();
+        if job.version > state.get_untracked().version {
+            state.set(job);
         }
-        !finished
+        if restarted {
+            following.update(|n| *n += 1);
+        }
     });
     let status = move || state.read().status;
     let is_export = move || state.read().job_type == JobKind::Export;
     view! {
+        {move || {
+            following.track();
+            view! { <Follow id state /> }
+        }}
         <section class="card job" data-status=move || status().as_str()>
             <h1>{move || state.read().title()}</h1>
             <p class="dataset">
@@ -112,6 +165,10 @@ fn LiveJob(job: JobView) -> impl IntoView {
                         }
                     })
             }}
+            <FailedParts state />
+            <p class="actions">
+                <JobControls id status=Signal::derive(status) on_changed />
+            </p>
             <Show when=move || status() == JobStatus::Completed && !is_export()>
                 <p>
                     <a href=move || {

@@ -6,6 +6,7 @@ use crate::{
     data::list_jobs,
     live,
     model::{JobView, thousands},
+    pages::controls::JobControls,
 };
 
 #[component]
@@ -51,13 +52,14 @@ fn LiveJobTable(jobs: Vec<JobView>) -> impl IntoView {
                         <th>"Status"</th>
                         <th>"Progress"</th>
                         <th>"Created"</th>
+                        <th></th>
                     </tr>
                 </thead>
                 <tbody>
                     <For
                         each=move || rows.get()
                         key=|job| (job.id, job.version)
-                        children=|job| view! { <JobRow job /> }
+                        children=move |job| view! { <JobRow job rows /> }
                     />
                 </tbody>
             </table>
@@ -66,7 +68,11 @@ fn LiveJobTable(jobs: Vec<JobView>) -> impl IntoView {
 }
 
 #[component]
-fn JobRow(job: JobView) -> impl IntoView {
+fn JobRow(job: JobView, rows: RwSignal<Vec<JobView>>) -> impl IntoView {
+    let on_changed = Callback::new(move |update: JobView| {
+        rows.update(|rows| apply_update(rows, update));
+    });
+    let (id, status) = (job.id, job.status);
     let progress = match job.item_count {
         Some(count) => format!(
             "{}% ({} of {})",
@@ -86,8 +92,12 @@ fn JobRow(job: JobView) -> impl IntoView {
             <td data-testid="job-status">{job.status.as_str()}</td>
             <td>{progress}</td>
             <td>{job.created_at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
+            <td>
+                <JobControls id status=Signal::stored(status) on_changed />
+            </td>
         </tr>
     }
+    .into_any()
 }
 
 /// Replaces the job with the same id when the update is newer, or puts a new job first.

@@ -1,5 +1,6 @@
 //! One module per page.
 
+pub mod controls;
 pub mod datasets;
 pub mod job;
 pub mod jobs;

@@ -6,7 +6,7 @@ use axum::{
         Path, Query, State,
         rejection::{JsonRejection, PathRejection},
     },
-    http::{StatusCode, header::LOCATION},
+    http::{HeaderMap, HeaderName, StatusCode, header::LOCATION},
     response::{IntoResponse, Response},
 };
 use serde::{Deserialize, Serialize};
@@ -15,8 +15,10 @@ use uuid::Uuid;
 use super::{AppState, error::ApiError, session::Owner};
 use crate::{
     jobs::{control, create},
-    store::jobs::{self, Limits},
+    store::jobs::{self, Options},
 };
+
+static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 use app::model::JobView;
 
 #[derive(Debug, Deserialize)]
@@ -34,15 +36,36 @@ pub struct CreateJob {
     /// Stop the import once more rows than this failed: a count (`1000`) or a percentage
     /// of the rows (`"5%"`).
     max_row_errors: Option<serde_json::Value>,
+    /// A repeated request with the same key returns the first job (as `Idempotency-Key`).
+    dedupe_key: Option<String>,
+    /// Jobs with the same key run one at a time, in creation order (default: the dataset).
+    serialize_key: Option<String>,
 }
 
+/// The longest dedupe or serialize key accepted.
+const MAX_KEY_CHARS: usize = 200;
+
 impl CreateJob {
-    fn limits(&self) -> Result<Limits, ApiError> {
-        let mut limits = Limits {
-            max_failures_per_item: self.max_failures_per_item,
-            ..Limits::default()
+    fn options(&self, idempotency_key: Option<&str>) -> Result<Options, ApiError> {
+        let key = |name: &str, value: Option<&str>| -> Result<Option<String>, ApiError> {
+            match value.map(str::trim) {
+                None => Ok(None),
+                Some(key) if key.is_empty() || key.chars().count() > MAX_KEY_CHARS => Err(
+                    ApiError::Invalid(format!("{name} must be 1 to {MAX_KEY_CHARS} characters.")),
+                ),
+                Some(key) => Ok(Some(key.to_owned())),
+            }
         };
-        if matches!(limits.max_failures_per_item, Some(n) if !(1..=100).contains(&n)) {
+        let mut options = Options {
+            max_failures_per_item: self.max_failures_per_item,
+            dedupe_key: key(
+                "The Idempotency-Key header (or \"dedupeKey\")",
+                idempotency_key.or(self.dedupe_key.as_deref()),
+            )?,
+            serialize_key: key("\"serializeKey\"", self.serialize_key.as_deref())?,
+            ..Options::default()
+        };
+        if matches!(options.max_failures_per_item, Some(n) if !(1..=100).contains(&n)) {
             return Err(ApiError::Invalid(
                 "\"maxFailuresPerItem\" must be between 1 and 100.".into(),
             ));
@@ -57,7 +80,7 @@ impl CreateJob {
         match &self.max_row_errors {
             None | Some(serde_json::Value::Null) => {}
             Some(serde_json::Value::Number(n)) => {
-                limits.max_row_errors = Some(n.as_u64().ok_or_else(bad_budget)? as i64);
+                options.max_row_errors = Some(n.as_u64().ok_or_else(bad_budget)? as i64);
             }
             Some(serde_json::Value::String(text)) => {
                 let percent: f64 = text
@@ -66,23 +89,33 @@ impl CreateJob {
                     .and_then(|n| n.trim().parse().ok())
                     .filter(|n| (0.0..=100.0).contains(n))
                     .ok_or_else(bad_budget)?;
-                limits.max_row_errors_percent = Some(percent);
+                options.max_row_errors_percent = Some(percent);
             }
             Some(_) => return Err(bad_budget()),
         }
-        Ok(limits)
+        Ok(options)
     }
 }
 
-/// `POST /api/jobs` → 202 with `Location` and the job.
+/// `POST /api/jobs` → 202 with `Location` and the job; 200 with `Idempotent-Replayed: true`
+/// and the first job when the `Idempotency-Key` header (or `dedupeKey`) was used before.
 pub async fn create(
     State(state): State<AppState>,
     Extension(owner): Extension<Owner>,
+    headers: HeaderMap,
     body: Result<Json<CreateJob>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(request) = body?;
-    let limits = request.limits()?;
-    let job = match request.job_type.as_str() {
+    let idempotency_key = headers
+        .get("idempotency-key")
+        .map(|value| {
+            value.to_str().map_err(|_| {
+                ApiError::BadRequest("The Idempotency-Key header must be plain text.".into())
+            })
+        })
+        .transpose()?;
+    let options = request.options(idempotency_key)?;
+    let created = match request.job_type.as_str() {
         "import" => {
             let upload = request.file_guid.ok_or_else(|| {
                 ApiError::Invalid("An import needs \"fileGuid\": the id of an upload.".into())
@@ -101,7 +134,7 @@ pub async fn create(
                 upload,
                 dataset.trim(),
                 sheet,
-                &limits,
+                &options,
             )
             .await?
         }
@@ -110,7 +143,7 @@ pub async fn create(
                 ApiError::Invalid("An export needs \"dataset\": the dataset to export.".into())
             })?;
             let format = request.format.as_deref().unwrap_or("csv");
-            create::export(&state.pool, &owner.0, dataset.trim(), format, &limits).await?
+            create::export(&state.pool, &owner.0, dataset.trim(), format, &options).await?
         }
         other => {
             return Err(ApiError::Invalid(format!(
@@ -118,8 +151,17 @@ pub async fn create(
             )));
         }
     };
-    let location = format!("/api/jobs/{}", job.id);
-    Ok((StatusCode::ACCEPTED, [(LOCATION, location)], Json(job)).into_response())
+    let location = format!("/api/jobs/{}", created.job.id);
+    if created.replayed {
+        let replayed = [(LOCATION, location), (REPLAYED.clone(), "true".to_owned())];
+        return Ok((StatusCode::OK, replayed, Json(created.job)).into_response());
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        [(LOCATION, location)],
+        Json(created.job),
+    )
+        .into_response())
 }
 
 /// `POST /api/jobs/{id}/cancel` → the job, `cancelled` (409 when it had already ended).

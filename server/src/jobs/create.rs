@@ -1,7 +1,7 @@
 //! Creating a job: the job row, its first task and the first notification, in one transaction.
 
 use app::model::JobView;
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::queue::{self, TaskMsg};
@@ -9,7 +9,7 @@ use crate::{
     spreadsheet::schema,
     store::{
         datasets,
-        jobs::{self, Limits},
+        jobs::{self, NewJob, Options},
         notify, uploads,
     },
 };
@@ -28,6 +28,14 @@ pub enum CreateError {
     Queue(#[from] apalis_postgres::Error),
 }
 
+/// A job as a create request left it: new, or the one an earlier request with the same
+/// dedupe key made (`replayed`).
+#[derive(Debug)]
+pub struct Created {
+    pub job: JobView,
+    pub replayed: bool,
+}
+
 /// Queues the import of an upload into a dataset (created when new); `sheet` picks a
 /// workbook's sheet (the first with a value when `None`).
 pub async fn import(
@@ -36,22 +44,19 @@ pub async fn import(
     upload_id: Uuid,
     dataset: &str,
     sheet: Option<&str>,
-    limits: &Limits,
-) -> Result<JobView, CreateError> {
+    options: &Options,
+) -> Result<Created, CreateError> {
     schema::check_dataset_name(dataset).map_err(CreateError::Invalid)?;
     if uploads::find(pool, upload_id).await?.is_none() {
         return Err(CreateError::UploadNotFound(upload_id));
     }
+    let options = with_dataset_order(options, dataset);
     let mut tx = pool.begin().await?;
     let dataset_id = datasets::ensure(&mut tx, owner, dataset).await?;
-    let job = jobs::insert_import(&mut tx, owner, upload_id, dataset_id, sheet, limits).await?;
-    let job_id = job.id;
-    queue::push(&mut tx, &[(TaskMsg::Plan { job_id }, job.ticket)]).await?;
-    notify::job_changed(&mut tx, job_id, 1).await?;
-    tx.commit().await?;
-    Ok(jobs::find(pool, job_id)
-        .await?
-        .ok_or(sqlx::Error::RowNotFound)?)
+    let inserted =
+        jobs::insert_import(&mut tx, owner, upload_id, dataset_id, sheet, &options).await?;
+    let plan = |job_id| TaskMsg::Plan { job_id };
+    queue_first_task(pool, tx, owner, &options, inserted, plan).await
 }
 
 /// Queues the export of a dataset as `csv` or `xlsx`.
@@ -60,23 +65,66 @@ pub async fn export(
     owner: &str,
     dataset: &str,
     format: &str,
-    limits: &Limits,
-) -> Result<JobView, CreateError> {
+    options: &Options,
+) -> Result<Created, CreateError> {
     if !matches!(format, "csv" | "xlsx") {
         return Err(CreateError::Invalid(format!(
             "Unknown format \"{format}\": use \"csv\" or \"xlsx\"."
         )));
     }
+    let options = with_dataset_order(options, dataset);
     let mut tx = pool.begin().await?;
     let dataset_id = datasets::id_of(&mut tx, dataset)
         .await?
         .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?;
-    let job = jobs::insert_export(&mut tx, owner, dataset_id, format, limits).await?;
-    let job_id = job.id;
-    queue::push(&mut tx, &[(TaskMsg::ExportPlan { job_id }, job.ticket)]).await?;
-    notify::job_changed(&mut tx, job_id, 1).await?;
-    tx.commit().await?;
-    Ok(jobs::find(pool, job_id)
+    let inserted = jobs::insert_export(&mut tx, owner, dataset_id, format, &options).await?;
+    let plan = |job_id| TaskMsg::ExportPlan { job_id };
+    queue_first_task(pool, tx, owner, &options, inserted, plan).await
+}
+
+/// Jobs on a dataset run in creation order unless the request names another serialize key:
+/// an export never reads a dataset an earlier import is still writing.
+fn with_dataset_order(options: &Options, dataset: &str) -> Options {
+    Options {
+        serialize_key: Some(
+            options
+                .serialize_key
+                .clone()
+                .unwrap_or_else(|| format!("dataset:{dataset}")),
+        ),
+        ..options.clone()
+    }
+}
+
+/// Queues the new job's first task and commits; or, when the insert met the owner's job with
+/// the same dedupe key, drops this request's changes and answers with that job.
+async fn queue_first_task(
+    pool: &PgPool,
+    mut tx: Transaction<'_, Postgres>,
+    owner: &str,
+    options: &Options,
+    inserted: Option<NewJob>,
+    first_task: impl Fn(Uuid) -> TaskMsg,
+) -> Result<Created, CreateError> {
+    let (job_id, replayed) = match inserted {
+        Some(job) => {
+            queue::push(&mut tx, &[(first_task(job.id), job.ticket)]).await?;
+            notify::job_changed(&mut tx, job.id, 1).await?;
+            tx.commit().await?;
+            (job.id, false)
+        }
+        None => {
+            tx.rollback().await?;
+            let key = options.dedupe_key.as_deref().unwrap_or_default();
+            let mut conn = pool.acquire().await?;
+            let id = jobs::find_deduped(&mut conn, owner, key)
+                .await?
+                .ok_or(sqlx::Error::RowNotFound)?;
+            (id, true)
+        }
+    };
+    let job = jobs::find(pool, job_id)
         .await?
-        .ok_or(sqlx::Error::RowNotFound)?)
+        .ok_or(sqlx::Error::RowNotFound)?;
+    Ok(Created { job, replayed })
 }

@@ -90,9 +90,13 @@ impl From<ViewRow> for JobView {
     }
 }
 
-/// How much failure a job tolerates.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Limits {
+/// What a request may set on a new job.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Options {
+    /// A repeated create with this key (same owner) returns the first job.
+    pub dedupe_key: Option<String>,
+    /// Jobs with the same key start one at a time, in creation order.
+    pub serialize_key: Option<String>,
     /// Attempts per chunk (and per step) before it fails; the table's default (5) when `None`.
     pub max_failures_per_item: Option<i32>,
     /// The job stops, failed, once more rows than this failed…
@@ -108,19 +112,21 @@ pub struct NewJob {
     pub ticket: Uuid,
 }
 
-/// Inserts a new import job, `waiting`; `sheet` names the workbook sheet to read.
+/// Inserts a new import job, `waiting`; `sheet` names the workbook sheet to read. `None` when
+/// the owner already has a job with the same dedupe key.
 pub async fn insert_import(
     conn: &mut PgConnection,
     owner: &str,
     upload_id: Uuid,
     dataset_id: Uuid,
     sheet: Option<&str>,
-    limits: &Limits,
-) -> sqlx::Result<NewJob> {
+    options: &Options,
+) -> sqlx::Result<Option<NewJob>> {
     sqlx::query_as(
         "insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, max_failures_per_item,
-                           max_row_errors, max_row_errors_percent)
-         values ($1, 'import', $2, $3, $4, $5, coalesce($6, 5), $7, $8)
+                           max_row_errors, max_row_errors_percent, dedupe_key, serialize_key)
+         values ($1, 'import', $2, $3, $4, $5, coalesce($6, 5), $7, $8, $9, $10)
+         on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
          returning id, ticket",
     )
     .bind(Uuid::now_v7())
@@ -128,11 +134,26 @@ pub async fn insert_import(
     .bind(upload_id)
     .bind(dataset_id)
     .bind(sheet)
-    .bind(limits.max_failures_per_item)
-    .bind(limits.max_row_errors)
-    .bind(limits.max_row_errors_percent)
-    .fetch_one(conn)
+    .bind(options.max_failures_per_item)
+    .bind(options.max_row_errors)
+    .bind(options.max_row_errors_percent)
+    .bind(&options.dedupe_key)
+    .bind(&options.serialize_key)
+    .fetch_optional(conn)
     .await
+}
+
+/// The owner's job made with this dedupe key.
+pub async fn find_deduped(
+    conn: &mut PgConnection,
+    owner: &str,
+    dedupe_key: &str,
+) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar("select id from jobs where owner = $1 and dedupe_key = $2")
+        .bind(owner)
+        .bind(dedupe_key)
+        .fetch_optional(conn)
+        .await
 }
 
 pub async fn find(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<JobView>> {
@@ -447,25 +468,29 @@ pub async fn retry(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64
     Ok(version)
 }
 
-/// Inserts a new export job, `waiting`.
+/// Inserts a new export job, `waiting`; `None` as for [`insert_import`].
 pub async fn insert_export(
     conn: &mut PgConnection,
     owner: &str,
     dataset_id: Uuid,
     format: &str,
-    limits: &Limits,
-) -> sqlx::Result<NewJob> {
+    options: &Options,
+) -> sqlx::Result<Option<NewJob>> {
     sqlx::query_as(
-        "insert into jobs (id, kind, owner, dataset_id, format, max_failures_per_item)
-         values ($1, 'export', $2, $3, $4, coalesce($5, 5))
+        "insert into jobs (id, kind, owner, dataset_id, format, max_failures_per_item,
+                           dedupe_key, serialize_key)
+         values ($1, 'export', $2, $3, $4, coalesce($5, 5), $6, $7)
+         on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
          returning id, ticket",
     )
     .bind(Uuid::now_v7())
     .bind(owner)
     .bind(dataset_id)
     .bind(format)
-    .bind(limits.max_failures_per_item)
-    .fetch_one(conn)
+    .bind(options.max_failures_per_item)
+    .bind(&options.dedupe_key)
+    .bind(&options.serialize_key)
+    .fetch_optional(conn)
     .await
 }
 

@@ -18,6 +18,17 @@ use uuid::Uuid;
 
 use crate::jobs::queue::{QUEUE, TaskMsg};
 
+/// A condition on job `j`: it is not waiting behind an earlier job with its serialize key
+/// (jobs with the same key start one at a time, in creation order).
+macro_rules! first_in_line {
+    () => {
+        "(j.status <> 'waiting' or j.serialize_key is null or not exists (
+             select 1 from jobs o
+             where o.serialize_key = j.serialize_key and o.status in ('waiting', 'running')
+               and (o.created_at, o.id) < (j.created_at, j.id)))"
+    };
+}
+
 /// A work item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Item {
@@ -75,14 +86,15 @@ pub async fn acquire(
     ttl: Duration,
 ) -> sqlx::Result<Option<Lease>> {
     let sql = match item {
-        Item::Step(_) => {
+        Item::Step(_) => concat!(
             "update jobs j set lease_owner = $3, lease_expires_at = now() + make_interval(secs => $4),
                  attempts = j.attempts + 1
              where j.id = $1 and $2::integer is null and j.status in ('waiting', 'running')
                and j.run_after <= now()
-               and (j.lease_expires_at is null or j.lease_expires_at < now())
-             returning j.attempts, j.max_failures_per_item"
-        }
+               and (j.lease_expires_at is null or j.lease_expires_at < now()) and ",
+            first_in_line!(),
+            " returning j.attempts, j.max_failures_per_item"
+        ),
         Item::Chunk { .. } => {
             "update job_chunks c set lease_owner = $3,
                  lease_expires_at = now() + make_interval(secs => $4), attempts = c.attempts + 1
@@ -285,7 +297,7 @@ pub async fn take_unqueued(
     ttl: Duration,
     limit: i64,
 ) -> sqlx::Result<Vec<(TaskMsg, Uuid)>> {
-    let items: Vec<Unqueued> = sqlx::query_as(
+    let items: Vec<Unqueued> = sqlx::query_as(concat!(
         "with due as (
              select c.job_id, j.kind, c.chunk_no, j.sealed from job_chunks c
              join jobs j on j.id = c.job_id
@@ -301,6 +313,7 @@ pub async fn take_unqueued(
                -- A step is to do: the plan, or the finish of an export whose chunks are done.
                and (not j.sealed or (j.kind = 'export' and j.chunks_done = j.chunks_total
                                      and j.result_upload_id is null))
+               and ", first_in_line!(), "
                and not exists (select 1 from apalis.jobs m
                    where m.job_type = $1 and m.idempotency_key = j.ticket::text
                      and (m.status in ('Pending', 'Queued')
@@ -321,8 +334,8 @@ pub async fn take_unqueued(
              coalesce(c.ticket, s.ticket) as ticket
          from due
          left join chunk_tickets c on c.job_id = due.job_id and c.chunk_no = due.chunk_no
-         left join step_tickets s on due.chunk_no is null and s.job_id = due.job_id",
-    )
+         left join step_tickets s on due.chunk_no is null and s.job_id = due.job_id"
+    ))
     .bind(QUEUE)
     .bind(ttl.as_secs_f64())
     .bind(limit)

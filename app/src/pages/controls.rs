@@ -1,0 +1,55 @@
+//! Cancel and Retry buttons for a job, on its page and in the job list: Cancel while it waits
+//! or runs, Retry once it failed or was cancelled (the server re-runs only what was not done).
+
+use leptos::prelude::*;
+use uuid::Uuid;
+
+use crate::{
+    api,
+    model::{JobStatus, JobView},
+};
+
+#[component]
+pub fn JobControls(
+    id: Uuid,
+    #[prop(into)] status: Signal<JobStatus>,
+    /// Called with the job as the server answered.
+    on_changed: Callback<JobView>,
+) -> impl IntoView {
+    let busy = RwSignal::new(false);
+    let error = RwSignal::new(None::<String>);
+    let act = move |action: &'static str| {
+        move |_| {
+            busy.set(true);
+            error.set(None);
+            leptos::task::spawn_local(async move {
+                match api::job_action(id, action).await {
+                    Ok(job) => on_changed.run(job),
+                    Err(message) => error.set(Some(message)),
+                }
+                busy.set(false);
+            });
+        }
+    };
+    let live = move || matches!(status.get(), JobStatus::Waiting | JobStatus::Running);
+    let retryable = move || matches!(status.get(), JobStatus::Failed | JobStatus::Cancelled);
+    view! {
+        <span class="controls">
+            <Show when=live>
+                <button class="secondary" data-testid="cancel-job" disabled=move || busy.get()
+                    on:click=act("cancel")>
+                    "Cancel"
+                </button>
+            </Show>
+            <Show when=retryable>
+                <button class="secondary" data-testid="retry-job" disabled=move || busy.get()
+                    on:click=act("retry")>
+                    "Retry"
+                </button>
+            </Show>
+            {move || error.get().map(|message| view! { <span class="error" role="alert">" " {message}</span> })}
+        </span>
+    }
+    // A plain view type: the job list nests this in deep generic types.
+    .into_any()
+}
