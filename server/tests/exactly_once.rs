@@ -99,9 +99,11 @@ async fn a_worker_killed_mid_job_leaves_exact_counts() {
     let job = server.import("kill.csv", csv(ROWS), "killed").await;
     let mut events = server.events(job.id, None).await;
 
-    // Two workers die in turn, each a few chunks after the last one; a third finishes the job.
+    // Three workers die in turn, each a random 1 to 6 chunks after the last one (so at random
+    // points of a chunk's work); a fourth finishes the job.
     let mut kills = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..3 {
+        let after = 1 + (uuid::Uuid::new_v4().as_u128() % 6) as i32;
         let worker = WorkerProcess::start(&db, CHUNK_ROWS);
         let before = events
             .until(|job| job.status == JobStatus::Running)
@@ -111,7 +113,7 @@ async fn a_worker_killed_mid_job_leaves_exact_counts() {
             .job
             .chunks_done;
         let seen = events
-            .until(|job| job.chunks_done >= before + 3 || job.status.is_finished())
+            .until(|job| job.chunks_done >= before + after || job.status.is_finished())
             .await;
         worker.kill_9();
         let at_kill = seen.last().unwrap().job.clone();
@@ -120,7 +122,7 @@ async fn a_worker_killed_mid_job_leaves_exact_counts() {
             JobStatus::Running,
             "the job must still be running when its worker dies"
         );
-        kills.push(at_kill.chunks_done);
+        kills.push((after, at_kill.chunks_done));
     }
     let _survivor = WorkerProcess::start(&db, CHUNK_ROWS);
     events.until(|job| job.status.is_finished()).await;
@@ -129,7 +131,7 @@ async fn a_worker_killed_mid_job_leaves_exact_counts() {
     assert_eq!(
         done.status,
         JobStatus::Completed,
-        "{done:?} (killed at {kills:?} chunks)"
+        "{done:?} (killed (waited, done) at {kills:?})"
     );
     let rows = ROWS as i64;
     assert_eq!(
