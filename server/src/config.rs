@@ -88,6 +88,12 @@ pub struct WorkerArgs {
     /// back to the queue.
     #[arg(long, env = "CONVEYOR_SHUTDOWN_SECS", default_value_t = 30.0)]
     pub shutdown_secs: f64,
+    /// Days a finished job's items (chunks, row errors, its files) are kept.
+    #[arg(long, env = "CONVEYOR_RETAIN_ITEMS_DAYS", default_value_t = 7.0)]
+    pub retain_items_days: f64,
+    /// Days a finished job's summary is kept.
+    #[arg(long, env = "CONVEYOR_RETAIN_JOBS_DAYS", default_value_t = 90.0)]
+    pub retain_jobs_days: f64,
     /// The program whose `convert` command turns workbooks into CSV (default: this one).
     #[arg(long, env = "CONVEYOR_CONVERTER")]
     pub converter: Option<std::path::PathBuf>,
@@ -101,6 +107,8 @@ impl Default for WorkerArgs {
             heartbeat_secs: 1.0,
             lease_secs: 5.0,
             shutdown_secs: 30.0,
+            retain_items_days: 7.0,
+            retain_jobs_days: 90.0,
             converter: None,
         }
     }
@@ -114,6 +122,12 @@ impl WorkerArgs {
     /// At least three heartbeats, so one slow renewal does not lose a lease.
     pub fn lease(&self) -> Duration {
         Duration::from_secs_f64(self.lease_secs.clamp(0.1, 3600.0)).max(3 * self.heartbeat())
+    }
+
+    /// How long finished jobs' items, and then their summaries, are kept.
+    pub fn retention(&self) -> (Duration, Duration) {
+        let days = |d: f64| Duration::from_secs_f64(d.clamp(0.0, 36_500.0) * 86_400.0);
+        (days(self.retain_items_days), days(self.retain_jobs_days))
     }
 
     pub fn shutdown_grace(&self) -> Duration {

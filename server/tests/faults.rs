@@ -328,3 +328,73 @@ async fn jobs_with_the_same_serialize_key_run_one_at_a_time_in_order() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
+    use server::jobs::reaper::{self, Retention};
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(support::worker_args(100))).await;
+    let bad = "id,name\n1,a\n2\n3,c\n".as_bytes().to_vec();
+    let old = server
+        .finished(server.import("old.csv", bad.clone(), "kept").await.id)
+        .await;
+    let recent = server
+        .finished(server.import("new.csv", bad, "kept").await.id)
+        .await;
+    let stray = server.upload("never-imported.csv", csv(3)).await;
+    let retention = Retention {
+        items: Duration::from_secs(7 * 86_400),
+        jobs: Duration::from_secs(90 * 86_400),
+    };
+    let age = |days: i64, id: Uuid| {
+        sqlx::query("update jobs set finished_at = now() - make_interval(days => $1::integer) where id = $2")
+            .bind(days)
+            .bind(id)
+            .execute(&db.pool)
+    };
+    let count = |sql: &'static str, id: Uuid| {
+        sqlx::query_scalar::<_, i64>(sql)
+            .bind(id)
+            .fetch_one(&db.pool)
+    };
+    const CHUNKS: &str = "select count(*) from job_chunks where job_id = $1";
+    const ERRORS: &str = "select count(*) from job_errors where job_id = $1";
+
+    age(8, old.id).await.unwrap();
+    sqlx::query("update uploads set created_at = now() - interval '8 days' where id = $1")
+        .bind(Uuid::parse_str(stray["id"].as_str().unwrap()).unwrap())
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let pruned = reaper::prune(&db.pool, retention).await.unwrap();
+    assert_eq!((pruned.job_items, pruned.jobs), (1, 0));
+    assert_eq!(
+        pruned.uploads, 1,
+        "the stray upload; the old job's file is still new"
+    );
+    assert_eq!(count(CHUNKS, old.id).await.unwrap(), 0);
+    assert_eq!(count(ERRORS, old.id).await.unwrap(), 0);
+    assert_eq!(
+        count(ERRORS, recent.id).await.unwrap(),
+        1,
+        "a recent job keeps its items"
+    );
+    let summary = server.job(old.id).await;
+    assert_eq!(
+        (summary.status, summary.rows_ok, summary.filename.as_deref()),
+        (JobStatus::Completed, 2, Some("old.csv"))
+    );
+
+    age(91, old.id).await.unwrap();
+    let pruned = reaper::prune(&db.pool, retention).await.unwrap();
+    assert_eq!(pruned.jobs, 1);
+    let gone = server
+        .client
+        .get(server.url(&format!("/api/jobs/{}", old.id)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), StatusCode::NOT_FOUND);
+    assert_eq!(server.job(recent.id).await.rows_ok, 2);
+    server.stop().await;
+}

@@ -186,7 +186,7 @@ pub async fn retry(
         &state,
         id,
         outcome,
-        "Only a failed or cancelled job can be retried.",
+        "Only a failed or cancelled job can be retried, while its details are kept.",
     )
     .await
 }

@@ -89,10 +89,12 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
             }
         });
     }
+    let (items, jobs) = args.retention();
     workers.spawn(reaper::run(
         engine.pool.clone(),
         args.heartbeat(),
         args.lease(),
+        reaper::Retention { items, jobs },
         shutdown.clone(),
     ));
     tracing::info!(workers = args.concurrency, %process, "workers running");

@@ -13,7 +13,8 @@ macro_rules! select_view {
         concat!(
             "select j.id, j.kind, j.status, j.item_count, j.item_progress, j.rows_ok, j.rows_failed, j.rows_updated,
            j.chunks_total, j.chunks_done, j.version, j.error, j.created_at, j.started_at,
-           j.finished_at, u.filename, d.name as dataset, j.format,
+           j.finished_at, coalesce(u.filename, j.source_filename) as filename,
+           d.name as dataset, j.format,
            j.result_upload_id is not null as has_result,
            extract(epoch from coalesce(j.finished_at, now()) - j.started_at)::float8
                as elapsed_seconds,
@@ -440,7 +441,7 @@ pub async fn cancel(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i6
     .await
 }
 
-/// A failed or cancelled job runs again: what it had not done (its failed and pending chunks,
+/// A failed or cancelled job (whose items are still kept) runs again: what it had not done (its failed and pending chunks,
 /// or its plan) gets fresh attempts; the reaper queues them. Rows already written stay. The
 /// new version, `None` when the job was not failed or cancelled.
 pub async fn retry(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
@@ -449,7 +450,7 @@ pub async fn retry(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64
              error = null, finished_at = null, chunks_failed = 0, attempts = 0,
              run_after = now(), last_error = null, lease_owner = null, lease_expires_at = null,
              version = version + 1
-         where id = $1 and status in ('failed', 'cancelled')
+         where id = $1 and status in ('failed', 'cancelled') and items_pruned_at is null
          returning version",
     )
     .bind(id)

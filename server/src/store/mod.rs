@@ -10,4 +10,5 @@ pub mod exports;
 pub mod jobs;
 pub mod leases;
 pub mod notify;
+pub mod retention;
 pub mod uploads;

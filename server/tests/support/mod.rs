@@ -105,6 +105,8 @@ pub fn worker_args(chunk_rows: usize) -> WorkerArgs {
         heartbeat_secs: 0.2,
         lease_secs: 1.0,
         shutdown_secs: 10.0,
+        retain_items_days: 7.0,
+        retain_jobs_days: 90.0,
         // The test binary is not the server: workbooks are converted by the real one.
         converter: Some(env!("CARGO_BIN_EXE_server").into()),
     }

@@ -1,0 +1,113 @@
+//! Retention: what finished jobs leave behind is deleted after a while, so no table grows
+//! without bound. A finished job's items (its chunks, row errors, export parts, and the files
+//! it read or wrote) go after `items_age`; its summary row after `jobs_age`. Uploads no job
+//! uses and finished queue messages go after `items_age` too. Each statement deletes at most
+//! `BATCH` rows, so a large backlog is worked off over several rounds in short transactions.
+
+use std::time::Duration;
+
+use sqlx::PgConnection;
+
+use crate::jobs::queue::QUEUE;
+
+/// Rows per statement at most.
+const BATCH: i64 = 10_000;
+
+/// What one round deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Jobs whose items were deleted (their summaries stay).
+    pub job_items: u64,
+    pub jobs: u64,
+    pub uploads: u64,
+    pub messages: u64,
+}
+
+impl Pruned {
+    pub fn is_empty(&self) -> bool {
+        *self == Pruned::default()
+    }
+}
+
+pub async fn prune(
+    conn: &mut PgConnection,
+    items_age: Duration,
+    jobs_age: Duration,
+) -> sqlx::Result<Pruned> {
+    let items_age = items_age.as_secs_f64();
+    let old_jobs: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "select id from jobs
+         where finished_at < now() - make_interval(secs => $1) and items_pruned_at is null
+         order by finished_at limit $2",
+    )
+    .bind(items_age)
+    .bind(BATCH / 100)
+    .fetch_all(&mut *conn)
+    .await?;
+    for table in ["job_chunks", "job_errors", "export_parts"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "delete from {table} where job_id = any($1)"
+        )))
+        .bind(&old_jobs)
+        .execute(&mut *conn)
+        .await?;
+    }
+    let job_items = sqlx::query(
+        "update jobs j set items_pruned_at = now(),
+             source_filename = (select filename from uploads u where u.id = j.upload_id),
+             upload_id = null, data_upload_id = null, result_upload_id = null
+         where id = any($1)",
+    )
+    .bind(&old_jobs)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+
+    let jobs = sqlx::query(
+        "delete from jobs where id in (
+             select id from jobs where finished_at < now() - make_interval(secs => $1)
+             order by finished_at limit $2)",
+    )
+    .bind(jobs_age.as_secs_f64())
+    .bind(BATCH)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+
+    // Files no job refers to: their jobs' items are gone, or no job was ever made.
+    let uploads = sqlx::query(
+        "delete from uploads where id in (
+             select u.id from uploads u
+             where u.created_at < now() - make_interval(secs => $1)
+               and not exists (select 1 from jobs j
+                   where u.id in (j.upload_id, j.data_upload_id, j.result_upload_id))
+             limit $2)",
+    )
+    .bind(items_age)
+    .bind(BATCH / 100)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+
+    let messages = sqlx::query(
+        "delete from apalis.jobs where id in (
+             select id from apalis.jobs
+             where job_type = $1
+               and (status in ('Done', 'Killed') or status = 'Failed' and attempts >= max_attempts)
+               and coalesce(done_at, run_at) < now() - make_interval(secs => $2)
+             limit $3)",
+    )
+    .bind(QUEUE)
+    .bind(items_age)
+    .bind(BATCH)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+
+    Ok(Pruned {
+        job_items,
+        jobs,
+        uploads,
+        messages,
+    })
+}
