@@ -398,3 +398,31 @@ async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
     assert_eq!(server.job(recent.id).await.rows_ok, 2);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_job_completes_across_a_postgres_restart_and_streams_resync() {
+    const ROWS: usize = 3_000;
+    let cluster = support::Cluster::start();
+    let db = TestDb::new_in(&cluster.admin_url).await;
+    let server = TestServer::start(&db, None).await;
+    // 2 ms a row: the job takes a few seconds, so the restart lands in the middle of it.
+    install_trigger(&db, "perform pg_sleep(0.002);").await;
+    let job = server.import("restart.csv", csv(ROWS), "restarted").await;
+    let mut events = server.events(job.id, None).await;
+    let _worker = WorkerProcess::start(&db, 100);
+    events.until(|job| job.chunks_done >= 2).await;
+
+    cluster.restart();
+    // The same event stream, still open: the server's listener reconnects and resyncs it.
+    let done = events
+        .until(|job| job.status.is_finished())
+        .await
+        .pop()
+        .unwrap()
+        .job;
+    assert_eq!(done.status, JobStatus::Completed, "{:?}", done.error);
+    let rows = ROWS as i64;
+    assert_eq!((done.rows_ok, done.item_progress), (rows, rows));
+    assert_eq!(stored_rows(&db.pool, job.id).await, (rows, rows));
+    server.stop().await;
+}

@@ -58,36 +58,13 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
         runs: TaskTracker::new(),
     };
     let mut workers = JoinSet::new();
-    for n in 0..args.concurrency.max(1) {
-        let name = format!("conveyor-{process}-{n}");
-        let config = Config::default()
-            .queue(QUEUE)
-            .batch_size(1)
-            .heartbeat_interval(args.lease())
-            .missed_heartbeats(3);
-        let strategy = Strategy::new()
-            .stream(Pubsub::new(engine.pool.clone(), QUEUE.to_owned()))
-            .interval(Duration::from_secs(1));
-        let backend = PostgresStorage::<TaskMsg>::new(&engine.pool)
-            .with_config(config)
-            .poll_with_strategy(strategy);
-        // One task at a time: without the limit an apalis worker keeps fetching and runs every
-        // message it fetched at once.
-        let worker = WorkerBuilder::new(name.clone())
-            .backend(backend)
-            .concurrency(1)
-            .data(runner.clone())
-            .build(handle);
-        let stop = shutdown.clone();
-        workers.spawn(async move {
-            let stopped = async move {
-                stop.cancelled().await;
-                Ok::<_, std::io::Error>(())
-            };
-            if let Err(err) = worker.run_until(stopped).await {
-                tracing::error!(worker = %name, "worker stopped: {err}");
-            }
-        });
+    for slot in 0..args.concurrency.max(1) {
+        workers.spawn(fetch(
+            runner.clone(),
+            format!("conveyor-{process}-{slot}"),
+            args.lease(),
+            shutdown.clone(),
+        ));
     }
     let (items, jobs) = args.retention();
     workers.spawn(reaper::run(
@@ -125,6 +102,51 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
 
 async fn join_all(tasks: &mut JoinSet<()>) {
     while tasks.join_next().await.is_some() {}
+}
+
+/// One apalis worker, taking one message at a time until shutdown. apalis ends a worker
+/// whose database went away (a restart, a failover); this starts a new one, under a new name,
+/// with backoff, until the database answers again.
+async fn fetch(runner: Runner, name: String, lease: Duration, shutdown: CancellationToken) {
+    let mut backoff = Duration::from_millis(200);
+    for start in 0.. {
+        let name = format!("{name}-{start}");
+        let config = Config::default()
+            .queue(QUEUE)
+            .batch_size(1)
+            .heartbeat_interval(lease)
+            .missed_heartbeats(3);
+        let pool = &runner.engine.pool;
+        let strategy = Strategy::new()
+            .stream(Pubsub::new(pool.clone(), QUEUE.to_owned()))
+            .interval(Duration::from_secs(1));
+        let backend = PostgresStorage::<TaskMsg>::new(pool)
+            .with_config(config)
+            .poll_with_strategy(strategy);
+        // One task at a time: without the limit an apalis worker keeps fetching and runs every
+        // message it fetched at once.
+        let worker = WorkerBuilder::new(name.clone())
+            .backend(backend)
+            .concurrency(1)
+            .data(runner.clone())
+            .build(handle);
+        let stop = shutdown.clone();
+        let stopped = async move {
+            stop.cancelled().await;
+            Ok::<_, std::io::Error>(())
+        };
+        match worker.run_until(stopped).await {
+            Ok(()) => return,
+            Err(err) => {
+                tracing::warn!(worker = %name, "worker stopped, restarting in {backoff:?}: {err}")
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
 }
 
 /// Runs one message's item (see the module docs). Always `Ok`: our tables keep attempts.

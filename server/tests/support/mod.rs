@@ -37,6 +37,12 @@ impl TestDb {
             "CONVEYOR_TEST_DATABASE_URL is not set: run the tests with `make test`, which starts a \
              throwaway PostgreSQL, or point it at a cluster you may create databases in",
         );
+        Self::new_in(&admin_url).await
+    }
+
+    /// A database in the cluster at `admin_url`.
+    pub async fn new_in(admin_url: &str) -> Self {
+        let admin_url = admin_url.to_owned();
         let name = format!("test_{}", Uuid::new_v4().simple());
         let admin = PgPool::connect(&admin_url)
             .await
@@ -52,6 +58,66 @@ impl TestDb {
             .expect("connect to the test database");
         server::db::migrate(&pool).await.expect("migrate");
         Self { pool, url }
+    }
+}
+
+/// A PostgreSQL cluster of the test's own (`.ci/pg.sh`), for tests that stop or restart it;
+/// stopped and removed when dropped.
+#[allow(dead_code)] // Only the fault tests restart PostgreSQL.
+pub struct Cluster {
+    dir: std::path::PathBuf,
+    pub admin_url: String,
+}
+
+#[allow(dead_code)]
+impl Cluster {
+    pub fn start() -> Self {
+        // Short: the socket path must fit in 107 bytes.
+        let dir =
+            std::env::temp_dir().join(format!("cpg-{}", &Uuid::new_v4().simple().to_string()[..8]));
+        let mut cluster = Self {
+            admin_url: String::new(),
+            dir,
+        };
+        cluster.pg(&["start"]);
+        cluster.admin_url = cluster.pg(&["url", "postgres"]).trim().to_owned();
+        cluster
+    }
+
+    /// Stops PostgreSQL (fast: every connection is cut) and starts it again.
+    pub fn restart(&self) {
+        self.pg(&["stop"]);
+        self.pg(&["start"]);
+    }
+
+    fn pg(&self, args: &[&str]) -> String {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../.ci/pg.sh");
+        let dir = self.dir.to_str().expect("a UTF-8 temp dir");
+        let out = Command::new("bash")
+            .arg(script)
+            .arg(args[0])
+            .arg(dir)
+            .args(&args[1..])
+            .env("PG_FAST", "1")
+            .output()
+            .expect("run .ci/pg.sh");
+        assert!(
+            out.status.success(),
+            "pg.sh {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("pg.sh prints text")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../.ci/pg.sh"))
+            .arg("stop")
+            .arg(&self.dir)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
