@@ -155,7 +155,7 @@ async fn a_part_that_keeps_failing_is_retried_then_failed_and_retry_runs_only_it
     // Row 250 (in the third part of 100 rows) cannot be written until the trigger goes.
     install_trigger(
         &db,
-        "if new.row_no = 250 then raise exception 'the disk is on fire'; end if;",
+        "if new.pos & 4294967295 = 250 then raise exception 'the disk is on fire'; end if;",
     )
     .await;
     let job = server

@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::{AppState, error::ApiError, session::Owner};
 use crate::{
     spreadsheet::schema::{self, Column},
-    store::datasets::{self, RowCursor},
+    store::datasets,
 };
 use app::model::DatasetView;
 
@@ -93,16 +93,12 @@ pub async fn rows(
         .ok_or_else(|| no_such_dataset(&name))?;
     Ok(Json(RowsPage {
         rows,
-        next: next.map(|cursor| format!("{}.{}", cursor.job_id, cursor.row_no)),
+        next: next.map(|pos| pos.to_string()),
     }))
 }
 
-fn decode_cursor(raw: &str) -> Result<RowCursor, ApiError> {
-    let bad =
-        || ApiError::BadRequest("\"after\" must be the \"next\" value of a previous page.".into());
-    let (job_id, row_no) = raw.split_once('.').ok_or_else(bad)?;
-    Ok(RowCursor {
-        job_id: job_id.parse().map_err(|_| bad())?,
-        row_no: row_no.parse().map_err(|_| bad())?,
+fn decode_cursor(raw: &str) -> Result<i64, ApiError> {
+    raw.parse().map_err(|_| {
+        ApiError::BadRequest("\"after\" must be the \"next\" value of a previous page.".into())
     })
 }

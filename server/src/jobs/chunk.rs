@@ -79,13 +79,13 @@ pub async fn run(
     if keyed {
         let (row_nos, keys, rows) = last_of_each_key(&parsed);
         let inserted =
-            datasets::upsert_rows(&mut tx, job.dataset_id, job_id, &row_nos, &keys, &rows).await?;
+            datasets::upsert_rows(&mut tx, job.dataset_id, job.seq, &row_nos, &keys, &rows).await?;
         counts.updated = counts.ok - inserted;
     } else {
         datasets::insert_rows(
             &mut tx,
             job.dataset_id,
-            job_id,
+            job.seq,
             &parsed.row_nos,
             &parsed.rows,
         )

@@ -85,7 +85,19 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
         // Another run of this task got here first, or the job ended meanwhile.
         return Ok(());
     }
-    let format = match row_format(&mut tx, job.dataset_id, &plan).await? {
+    let last_row_no = plan
+        .chunks
+        .last()
+        .map_or(0, |last| last.first_row + i64::from(last.row_count));
+    let format = if last_row_no > datasets::MAX_ROW_NO {
+        Err(format!(
+            "The file has more than {} rows, the most one import takes. Split it into parts.",
+            datasets::MAX_ROW_NO
+        ))
+    } else {
+        row_format(&mut tx, job.dataset_id, &plan).await?
+    };
+    let format = match format {
         Ok(format) => format,
         Err(reason) => {
             // Release the job row before failing it.

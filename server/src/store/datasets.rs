@@ -126,13 +126,23 @@ pub async fn adopt_columns(
     Ok(())
 }
 
+/// The most rows (counting from 1 after the header) one import may have: a row's number is the
+/// low 32 bits of its position.
+pub const MAX_ROW_NO: i64 = u32::MAX as i64;
+
+/// A row's position, its key in the dataset: the importing job's sequence number, then the
+/// row's number in the file. Positions order rows by import, then by file order.
+pub fn position(job_seq: i64, row_no: i64) -> i64 {
+    (job_seq << 32) | row_no
+}
+
 /// Writes one chunk's good rows (stored records) with `COPY`, the fastest way into
 /// PostgreSQL, inside the caller's transaction. The binary format spares the server parsing
 /// ids and numbers from text, and us escaping the records.
 pub async fn insert_rows(
     conn: &mut PgConnection,
     dataset_id: Uuid,
-    job_id: Uuid,
+    job_seq: i64,
     row_nos: &[i64],
     rows: &[String],
 ) -> sqlx::Result<()> {
@@ -143,12 +153,11 @@ pub async fn insert_rows(
     data.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
     data.extend_from_slice(&0_i32.to_be_bytes()); // flags
     data.extend_from_slice(&0_i32.to_be_bytes()); // header extension length
-    for (row_no, row) in row_nos.iter().zip(rows) {
-        data.extend_from_slice(&4_i16.to_be_bytes());
+    for (&row_no, row) in row_nos.iter().zip(rows) {
+        data.extend_from_slice(&3_i16.to_be_bytes());
         for field in [
             dataset_id.as_bytes().as_slice(),
-            job_id.as_bytes(),
-            &row_no.to_be_bytes(),
+            &position(job_seq, row_no).to_be_bytes(),
             row.as_bytes(),
         ] {
             data.extend_from_slice(&(field.len() as i32).to_be_bytes());
@@ -157,9 +166,7 @@ pub async fn insert_rows(
     }
     data.extend_from_slice(&(-1_i16).to_be_bytes());
     let mut copy = conn
-        .copy_in_raw(
-            "copy dataset_rows (dataset_id, job_id, row_no, record) from stdin (format binary)",
-        )
+        .copy_in_raw("copy dataset_rows (dataset_id, pos, record) from stdin (format binary)")
         .await?;
     copy.send(data).await?;
     copy.finish().await?;
@@ -173,83 +180,63 @@ pub async fn insert_rows(
 pub async fn upsert_rows(
     conn: &mut PgConnection,
     dataset_id: Uuid,
-    job_id: Uuid,
+    job_seq: i64,
     row_nos: &[i64],
     keys: &[&str],
     rows: &[&str],
 ) -> sqlx::Result<i64> {
+    let positions: Vec<i64> = row_nos.iter().map(|&n| position(job_seq, n)).collect();
     sqlx::query_scalar(
         "with written as (
-             insert into dataset_rows (dataset_id, job_id, row_no, key, record)
-             select $1, $2, u.row_no, u.key, u.record
-             from unnest($3::bigint[], $4::text[], $5::text[]) as u (row_no, key, record)
+             insert into dataset_rows (dataset_id, pos, key, record)
+             select $1, u.pos, u.key, u.record
+             from unnest($2::bigint[], $3::text[], $4::text[]) as u (pos, key, record)
              -- One lock order for every writer, so concurrent upserts cannot deadlock.
              order by u.key
              on conflict (dataset_id, key) where key is not null do update
-                 set job_id = excluded.job_id, row_no = excluded.row_no, record = excluded.record
-                 where (dataset_rows.job_id, dataset_rows.row_no) < (excluded.job_id, excluded.row_no)
+                 set pos = excluded.pos, record = excluded.record
+                 where dataset_rows.pos < excluded.pos
              returning xmax = 0 as inserted
          )
          select count(*) filter (where inserted) from written",
     )
     .bind(dataset_id)
-    .bind(job_id)
-    .bind(row_nos)
+    .bind(positions)
     .bind(keys)
     .bind(rows)
     .fetch_one(conn)
     .await
 }
 
-/// Where a page of rows ends, to ask for the next one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RowCursor {
-    pub job_id: Uuid,
-    pub row_no: i64,
-}
-
-/// A page of the dataset's rows in import order, or `None` when no dataset has that name.
+/// A page of the dataset's rows in import order, or `None` when no dataset has that name;
+/// with the position to pass as `after` for the next page (none on the last).
 pub async fn rows(
     pool: &PgPool,
     name: &str,
-    after: Option<RowCursor>,
+    after: Option<i64>,
     limit: i64,
-) -> sqlx::Result<Option<(Vec<Value>, Option<RowCursor>)>> {
+) -> sqlx::Result<Option<(Vec<Value>, Option<i64>)>> {
     let mut conn = pool.acquire().await?;
     let Some(dataset_id) = id_of(&mut conn, name).await? else {
         return Ok(None);
     };
     let (columns, _) = schema(&mut conn, dataset_id).await?;
-    let page: Vec<(Uuid, i64, String)> = sqlx::query_as(
-        // Two branches, each walking the primary key from the right place (a row comparison
-        // `(job_id, row_no) > (…)` would be positioned by `job_id` alone: slow for deep pages).
-        "(select job_id, row_no, record from dataset_rows
-          where dataset_id = $1 and job_id = $2 and row_no > $3
-          order by row_no limit $4)
-         union all
-         (select job_id, row_no, record from dataset_rows
-          where dataset_id = $1 and ($2::uuid is null or job_id > $2)
-          order by job_id, row_no limit $4)
-         order by job_id, row_no
-         limit $4",
+    let page: Vec<(i64, String)> = sqlx::query_as(
+        "select pos, record from dataset_rows
+         where dataset_id = $1 and pos > $2
+         order by pos limit $3",
     )
     .bind(dataset_id)
-    .bind(after.map(|c| c.job_id))
-    .bind(after.map_or(0, |c| c.row_no))
+    .bind(after.unwrap_or(-1))
     .bind(limit)
     .fetch_all(&mut *conn)
     .await?;
     let next = (page.len() as i64 == limit)
-        .then(|| {
-            page.last().map(|(job_id, row_no, _)| RowCursor {
-                job_id: *job_id,
-                row_no: *row_no,
-            })
-        })
+        .then(|| page.last().map(|(pos, _)| *pos))
         .flatten();
     let rows = page
         .into_iter()
-        .map(|(_, _, record)| to_object(&columns, &record::decode(&record)))
+        .map(|(_, record)| to_object(&columns, &record::decode(&record)))
         .collect();
     Ok(Some((rows, next)))
 }

@@ -7,32 +7,29 @@ use uuid::Uuid;
 
 use crate::spreadsheet::record;
 
-/// A run of a dataset's rows, both ends included, in key order `(job_id, row_no)`.
+/// A run of a dataset's rows, both ends included, by position (see
+/// [`super::datasets::position`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
 pub struct RowRange {
     /// The range's first row, counting from 1 in the whole export.
     pub first_row: i64,
     pub row_count: i32,
-    pub from_job: Uuid,
-    pub from_row: i64,
-    pub to_job: Uuid,
-    pub to_row: i64,
+    pub from_pos: i64,
+    pub to_pos: i64,
 }
 
-/// Cuts the dataset's rows, in key order, into ranges of `chunk_rows`: one pass over the
-/// primary key that returns only the rows where a range starts or ends.
+/// Cuts the dataset's rows, in order, into ranges of `chunk_rows`: one pass over the primary
+/// key that returns only the rows where a range starts or ends.
 pub async fn plan_ranges(
     conn: &mut PgConnection,
     dataset_id: Uuid,
     chunk_rows: i64,
 ) -> sqlx::Result<Vec<RowRange>> {
-    let edges: Vec<(i64, Uuid, i64, bool)> = sqlx::query_as(
-        "select n, job_id, row_no, last
-         from (select job_id, row_no,
-                      row_number() over keys as n,
-                      lead(row_no) over keys is null as last
+    let edges: Vec<(i64, i64, bool)> = sqlx::query_as(
+        "select n, pos, last
+         from (select pos, row_number() over keys as n, lead(pos) over keys is null as last
                from dataset_rows where dataset_id = $1
-               window keys as (order by job_id, row_no)) numbered
+               window keys as (order by pos)) numbered
          where (n - 1) % $2 = 0 or n % $2 = 0 or last
          order by n",
     )
@@ -41,21 +38,19 @@ pub async fn plan_ranges(
     .fetch_all(conn)
     .await?;
     let mut ranges = Vec::with_capacity(edges.len() / 2 + 1);
-    let mut open: Option<(i64, Uuid, i64)> = None;
-    for (n, job_id, row_no, last) in edges {
+    let mut open: Option<(i64, i64)> = None;
+    for (n, pos, last) in edges {
         if (n - 1) % chunk_rows == 0 {
-            open = Some((n, job_id, row_no));
+            open = Some((n, pos));
         }
         if (n % chunk_rows == 0 || last)
-            && let Some((first_row, from_job, from_row)) = open.take()
+            && let Some((first_row, from_pos)) = open.take()
         {
             ranges.push(RowRange {
                 first_row,
                 row_count: (n - first_row + 1) as i32,
-                from_job,
-                from_row,
-                to_job: job_id,
-                to_row: row_no,
+                from_pos,
+                to_pos: pos,
             });
         }
     }
@@ -70,41 +65,35 @@ pub async fn insert_chunks(
     let chunk_nos: Vec<i32> = (0..ranges.len() as i32).collect();
     let first_rows: Vec<i64> = ranges.iter().map(|r| r.first_row).collect();
     let row_counts: Vec<i32> = ranges.iter().map(|r| r.row_count).collect();
-    let from_jobs: Vec<Uuid> = ranges.iter().map(|r| r.from_job).collect();
-    let from_rows: Vec<i64> = ranges.iter().map(|r| r.from_row).collect();
-    let to_jobs: Vec<Uuid> = ranges.iter().map(|r| r.to_job).collect();
-    let to_rows: Vec<i64> = ranges.iter().map(|r| r.to_row).collect();
+    let from: Vec<i64> = ranges.iter().map(|r| r.from_pos).collect();
+    let to: Vec<i64> = ranges.iter().map(|r| r.to_pos).collect();
     sqlx::query(
         "insert into job_chunks (job_id, chunk_no, first_row, row_count, byte_start, byte_end,
-                                 from_job, from_row, to_job, to_row)
-         select $1, c.chunk_no, c.first_row, c.row_count, 0, 0, c.from_job, c.from_row,
-                c.to_job, c.to_row
-         from unnest($2::int[], $3::bigint[], $4::int[], $5::uuid[], $6::bigint[], $7::uuid[],
-                     $8::bigint[])
-              as c(chunk_no, first_row, row_count, from_job, from_row, to_job, to_row)",
+                                 from_pos, to_pos)
+         select $1, c.chunk_no, c.first_row, c.row_count, 0, 0, c.from_pos, c.to_pos
+         from unnest($2::int[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[])
+              as c(chunk_no, first_row, row_count, from_pos, to_pos)",
     )
     .bind(job_id)
     .bind(chunk_nos)
     .bind(first_rows)
     .bind(row_counts)
-    .bind(from_jobs)
-    .bind(from_rows)
-    .bind(to_jobs)
-    .bind(to_rows)
+    .bind(from)
+    .bind(to)
     .execute(conn)
     .await?;
     Ok(())
 }
 
-/// An export chunk's range, unless it is done already.
+/// The range of an export chunk still to do.
 pub async fn pending_range(
     pool: &PgPool,
     job_id: Uuid,
     chunk_no: i32,
 ) -> sqlx::Result<Option<RowRange>> {
     sqlx::query_as(
-        "select first_row, row_count, from_job, from_row, to_job, to_row from job_chunks
-         where job_id = $1 and chunk_no = $2 and state = 'pending' and from_job is not null",
+        "select first_row, row_count, from_pos, to_pos from job_chunks
+         where job_id = $1 and chunk_no = $2 and state = 'pending' and from_pos is not null",
     )
     .bind(job_id)
     .bind(chunk_no)
@@ -112,42 +101,20 @@ pub async fn pending_range(
     .await
 }
 
-/// The rows of a range (their values in dataset column order), in key order.
+/// The rows of a range (their values in dataset column order), in order.
 pub async fn rows_in(
     pool: &PgPool,
     dataset_id: Uuid,
     range: &RowRange,
 ) -> sqlx::Result<Vec<Vec<Option<String>>>> {
-    // Written so that every branch walks the primary key from the right place: PostgreSQL 15
-    // positions an index scan on `(job_id, row_no) >= (…)` by `job_id` alone, which makes each
-    // range start reading from the first row of its import (quadratic over a large export).
-    // `$7` (the range spans imports) is a constant filter: false, its branches never run.
-    let spans_imports = range.from_job != range.to_job;
-    let first_job_end = if spans_imports {
-        i64::MAX
-    } else {
-        range.to_row
-    };
     sqlx::query_scalar(
-        "select record from (
-             select job_id, row_no, record from dataset_rows
-             where dataset_id = $1 and job_id = $2 and row_no between $3 and $6
-             union all
-             select job_id, row_no, record from dataset_rows
-             where $7 and dataset_id = $1 and job_id > $2 and job_id < $4
-             union all
-             select job_id, row_no, record from dataset_rows
-             where $7 and dataset_id = $1 and job_id = $4 and row_no <= $5
-         ) range
-         order by job_id, row_no",
+        "select record from dataset_rows
+         where dataset_id = $1 and pos between $2 and $3
+         order by pos",
     )
     .bind(dataset_id)
-    .bind(range.from_job)
-    .bind(range.from_row)
-    .bind(range.to_job)
-    .bind(range.to_row)
-    .bind(first_job_end)
-    .bind(spans_imports)
+    .bind(range.from_pos)
+    .bind(range.to_pos)
     .fetch_all(pool)
     .await
     .map(|records: Vec<String>| records.iter().map(|r| record::decode(r)).collect())

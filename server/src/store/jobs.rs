@@ -192,6 +192,8 @@ pub async fn recent(pool: &PgPool, limit: i64, before: Option<Uuid>) -> sqlx::Re
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ImportJob {
     pub status: String,
+    /// Orders this import's rows after earlier imports' (see [`super::datasets::position`]).
+    pub seq: i64,
     pub sealed: bool,
     pub owner: String,
     pub upload_id: Uuid,
@@ -238,8 +240,8 @@ pub async fn set_converted(
 
 macro_rules! import_job_columns {
     () => {
-        "select status, sealed, owner, upload_id, dataset_id, sheet, data_upload_id, header_row,
-                row_format
+        "select status, seq, sealed, owner, upload_id, dataset_id, sheet, data_upload_id,
+                header_row, row_format
          from jobs"
     };
 }

@@ -478,9 +478,13 @@ pub fn csv(rows: usize) -> Vec<u8> {
 
 /// Rows stored for a job, and how many distinct source rows they are.
 pub async fn stored_rows(pool: &PgPool, job_id: Uuid) -> (i64, i64) {
-    sqlx::query_as("select count(*), count(distinct row_no) from dataset_rows where job_id = $1")
-        .bind(job_id)
-        .fetch_one(pool)
-        .await
-        .unwrap()
+    // A row's position holds its job's sequence number in the high 32 bits.
+    sqlx::query_as(
+        "select count(*), count(distinct r.pos) from dataset_rows r
+         join jobs j on r.pos >> 32 = j.seq where j.id = $1",
+    )
+    .bind(job_id)
+    .fetch_one(pool)
+    .await
+    .unwrap()
 }
