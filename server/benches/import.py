@@ -212,14 +212,19 @@ def kill_and_rerun(args, path, rows):
         upload_id = server.upload(path)
         job = server.post("/api/jobs", {"jobType": "import", "fileGuid": upload_id,
                                         "dataset": f"bench_kill_{int(time.time())}"})
-        first = worker(args)
-        chunk = ""
-        while not chunk:  # a chunk being worked on: its lease is held
-            chunk = query(f"select chunk_no from job_chunks where job_id = '{job['id']}' "
-                          "and lease_owner is not null limit 1")
-        first.kill()
-        killed = time.monotonic()
-        first.wait()
+        while True:
+            first = worker(args)
+            chunk = ""
+            while not chunk:  # a chunk being worked on: its lease is held
+                chunk = query(f"select chunk_no from job_chunks where job_id = '{job['id']}' "
+                              "and lease_owner is not null limit 1")
+            first.kill()
+            killed = time.monotonic()
+            first.wait()
+            # It may have committed between the query and the kill: then try another chunk.
+            if query(f"select state from job_chunks where job_id = '{job['id']}' "
+                     f"and chunk_no = {chunk}") == "pending":
+                break
         second = worker(args)
         try:
             while query(f"select count(*) from job_chunks where job_id = '{job['id']}' and "
