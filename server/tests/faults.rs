@@ -237,6 +237,14 @@ async fn a_file_past_its_row_error_budget_stops_with_that_reason() {
         assert!(error.starts_with("Stopped after "), "{error}");
         assert!(done.chunks_done < 10, "stopped early: {}", done.chunks_done);
     }
+    // A file of one chunk: its only chunk is also its last.
+    let small = "id,name\n1,a\n2\n3,c\n".as_bytes().to_vec();
+    let request = json!({ "dataset": "small", "maxRowErrors": 0 });
+    let one_chunk = server.import_with("small.csv", small, request).await;
+    let done = server.finished(one_chunk.id).await;
+    assert_eq!(done.status, JobStatus::Failed);
+    assert!(done.error.unwrap().starts_with("Stopped after 1 rows"));
+
     let request = json!({ "dataset": "within", "maxRowErrors": "20%" });
     let within = server
         .import_with("ok.csv", one_in_ten_bad(), request)

@@ -52,6 +52,11 @@ pub async fn import(
     }
     let options = with_dataset_order(options, dataset);
     let mut tx = pool.begin().await?;
+    jobs::lock_serialize_key(
+        &mut tx,
+        options.serialize_key.as_deref().unwrap_or_default(),
+    )
+    .await?;
     let dataset_id = datasets::ensure(&mut tx, owner, dataset).await?;
     let inserted =
         jobs::insert_import(&mut tx, owner, upload_id, dataset_id, sheet, &options).await?;
@@ -74,6 +79,11 @@ pub async fn export(
     }
     let options = with_dataset_order(options, dataset);
     let mut tx = pool.begin().await?;
+    jobs::lock_serialize_key(
+        &mut tx,
+        options.serialize_key.as_deref().unwrap_or_default(),
+    )
+    .await?;
     let dataset_id = datasets::id_of(&mut tx, dataset)
         .await?
         .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?;

@@ -34,10 +34,16 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     let Some(job) = jobs::lock_export_job(&mut tx, job_id).await? else {
         return Ok(());
     };
+    let started = jobs::start(&mut tx, job_id).await?;
     if job.sealed {
+        // Planned already: a retried export starts again here; the reaper queues its chunks.
+        if let Some(version) = started {
+            notify::job_changed(&mut tx, job_id, version).await?;
+            tx.commit().await?;
+        }
         return Ok(());
     }
-    let Some(version) = jobs::start(&mut tx, job_id).await? else {
+    let Some(version) = started else {
         // Finished or cancelled before it started.
         return Ok(());
     };
@@ -59,7 +65,7 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
         return Ok(());
     };
     let tasks: Vec<(TaskMsg, Uuid)> = if ranges.is_empty() {
-        let ticket = leases::new_step_ticket(&mut tx, job_id).await?;
+        let ticket = leases::next_step(&mut tx, job_id).await?;
         vec![(TaskMsg::ExportFinish { job_id }, ticket)]
     } else {
         chunks::tickets(&mut tx, job_id)
@@ -125,7 +131,7 @@ pub async fn chunk(
         return Ok(());
     };
     if added.finish_export {
-        let ticket = leases::new_step_ticket(&mut tx, job_id).await?;
+        let ticket = leases::next_step(&mut tx, job_id).await?;
         queue::push(&mut tx, &[(TaskMsg::ExportFinish { job_id }, ticket)]).await?;
     }
     notify::job_changed(&mut tx, job_id, added.version).await?;

@@ -32,10 +32,6 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
     let Some(job) = jobs::lock_import_job(&mut tx, job_id).await? else {
         return Ok(());
     };
-    if job.sealed {
-        // Planned already; its chunk tasks were queued with the plan.
-        return Ok(());
-    }
     match jobs::start(&mut tx, job_id).await? {
         Some(version) => notify::job_changed(&mut tx, job_id, version).await?,
         None if job.is_running() => {}
@@ -43,6 +39,11 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
         None => return Ok(()),
     }
     tx.commit().await?;
+    if job.sealed {
+        // Planned already: its chunks were queued with the plan (a retried job, started again
+        // just now, has them queued by the reaper).
+        return Ok(());
+    }
 
     let source = match convert::source(engine, job_id, &job, stop).await? {
         Ok(source) => source,

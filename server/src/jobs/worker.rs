@@ -214,8 +214,8 @@ impl Runner {
         heartbeat.abort();
         let recorded = match ended {
             // Stopped: whatever it returned, the attempt does not count.
-            _ if stop.is_cancelled() => leases::release(pool, &lease, false).await,
-            Ok(()) => leases::release(pool, &lease, true).await,
+            _ if stop.is_cancelled() => leases::release(pool, &lease).await,
+            Ok(()) => leases::release(pool, &lease).await,
             Err(err) => self.record_failure(&lease, &task, &err).await,
         };
         if let Err(err) = recorded {

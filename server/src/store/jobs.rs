@@ -144,6 +144,16 @@ pub async fn insert_import(
     .await
 }
 
+/// Holds, until the transaction ends, the lock that orders creates with the same serialize
+/// key: job sequence numbers (`seq`) then follow commit order, so "earlier" is well defined.
+pub async fn lock_serialize_key(conn: &mut PgConnection, key: &str) -> sqlx::Result<()> {
+    sqlx::query("select pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(key)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// The owner's job made with this dedupe key.
 pub async fn find_deduped(
     conn: &mut PgConnection,
@@ -304,7 +314,7 @@ pub async fn seal(
 ) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar(
         "update jobs set sealed = true, row_format = $2, item_count = $3, chunks_total = $4,
-             version = version + 1
+             attempts = 0, last_error = null, version = version + 1
          where id = $1 and status = 'running' and not sealed
          returning version",
     )
@@ -334,65 +344,51 @@ pub struct ChunkAdded {
     pub finish_export: bool,
 }
 
-/// The end of a job when every chunk of its sealed plan is done or failed (`$done`, `$failed`:
-/// the counters after this change): `completed`, or `failed` if any chunk failed.
-macro_rules! job_end {
-    ($done:literal, $failed:literal) => {
-        concat!(
-            "status = case when sealed and ", $done, " + ", $failed, " = chunks_total
-                           and (kind = 'import' or ", $failed, " > 0)
-                      then case when ", $failed, " = 0 then 'completed' else 'failed' end
-                      else status end,
-             error = case when sealed and ", $done, " + ", $failed, " = chunks_total
-                          and ", $failed, " > 0
-                     then format('%s of %s parts could not be processed (each was tried %s '
-                                 'times); see the parts below. Retry the job to run them again.',
-                                 ", $failed, ", chunks_total, max_failures_per_item)
-                     else error end,
-             finished_at = case when sealed and ", $done, " + ", $failed, " = chunks_total
-                                and (kind = 'import' or ", $failed, " > 0)
-                           then now() end"
-        )
-    };
-}
-
-/// Adds a finished chunk to the counters of a running job: an import ends when this was the
-/// last chunk of a sealed plan, and fails at once when its rows in error pass the job's
-/// limit. `None` when the job is not running.
+/// Adds a finished chunk to the counters of a running job, then fails the job if its rows in
+/// error passed its limit, or else ends it if this was the last chunk of a sealed import.
+/// `None` when the job is not running.
 pub async fn add_chunk(
     conn: &mut PgConnection,
     id: Uuid,
     counts: ChunkCounts,
 ) -> sqlx::Result<Option<ChunkAdded>> {
-    let added: Option<ChunkAdded> = sqlx::query_as(concat!(
+    let added: Option<ChunkAdded> = sqlx::query_as(
         "update jobs set
              item_progress = item_progress + $2 + $3,
              rows_ok = rows_ok + $2,
              rows_failed = rows_failed + $3,
              rows_updated = rows_updated + $4,
-             chunks_done = chunks_done + 1, ",
-        job_end!("(chunks_done + 1)", "chunks_failed"),
-        ", version = version + 1
+             chunks_done = chunks_done + 1,
+             version = version + 1
          where id = $1 and status = 'running'
          returning version, kind = 'export' and sealed and chunks_failed = 0
-             and chunks_done = chunks_total as finish_export"
-    ))
+             and chunks_done = chunks_total as finish_export",
+    )
     .bind(id)
     .bind(counts.ok)
     .bind(counts.failed)
     .bind(counts.updated)
     .fetch_optional(&mut *conn)
     .await?;
-    if added.is_some()
-        && counts.failed > 0
-        && let Some(version) = stop_over_row_error_limit(conn, id).await?
-    {
-        return Ok(Some(ChunkAdded {
+    let Some(added) = added else {
+        return Ok(None);
+    };
+    let stopped = if counts.failed > 0 {
+        stop_over_row_error_limit(conn, id).await?
+    } else {
+        None
+    };
+    let ended = match stopped {
+        Some(version) => Some(version),
+        None => end_if_all_chunks_ended(conn, id).await?,
+    };
+    Ok(Some(match ended {
+        Some(version) => ChunkAdded {
             version,
             finish_export: false,
-        }));
-    }
-    Ok(added)
+        },
+        None => added,
+    }))
 }
 
 /// Fails a running job whose rows in error passed its limit; the new version if it did.
@@ -416,19 +412,46 @@ async fn stop_over_row_error_limit(conn: &mut PgConnection, id: Uuid) -> sqlx::R
     .await
 }
 
-/// Counts a chunk that ran out of attempts; the job ends (failed) when it was the last one
-/// outstanding. The new version, `None` when the job is not running.
-pub async fn add_failed_chunk(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(concat!(
-        "update jobs set chunks_failed = chunks_failed + 1, ",
-        job_end!("chunks_done", "(chunks_failed + 1)"),
-        ", version = version + 1
-         where id = $1 and status = 'running'
-         returning version"
-    ))
+/// Ends a running job once every chunk of its sealed plan is done or failed: an import is
+/// `completed`, any job with a failed chunk `failed` (an export whose chunks are all done goes
+/// on to its finish step). The new version if it ended.
+async fn end_if_all_chunks_ended(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
+        "update jobs set
+             status = case when chunks_failed = 0 then 'completed' else 'failed' end,
+             error = case when chunks_failed = 0 then error
+                          else format('%s of %s parts could not be processed (each was tried %s '
+                                      'times); see the parts below. Retry the job to run them '
+                                      'again.', chunks_failed, chunks_total,
+                                      max_failures_per_item) end,
+             finished_at = now(), version = version + 1
+         where id = $1 and status = 'running' and sealed
+           and chunks_done + chunks_failed = chunks_total
+           and (kind = 'import' or chunks_failed > 0)
+         returning version",
+    )
     .bind(id)
     .fetch_optional(conn)
     .await
+}
+
+/// Counts a chunk that ran out of attempts; the job ends (failed) when it was the last one
+/// outstanding. The new version, `None` when the job is not running.
+pub async fn add_failed_chunk(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    let counted: Option<i64> = sqlx::query_scalar(
+        "update jobs set chunks_failed = chunks_failed + 1, version = version + 1
+         where id = $1 and status = 'running'
+         returning version",
+    )
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match counted {
+        Some(version) => Ok(Some(
+            end_if_all_chunks_ended(conn, id).await?.unwrap_or(version),
+        )),
+        None => Ok(None),
+    }
 }
 
 /// `waiting`/`running` → `cancelled`. The new version, `None` when the job had ended.
@@ -443,12 +466,22 @@ pub async fn cancel(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i6
     .await
 }
 
-/// A failed or cancelled job (whose items are still kept) runs again: what it had not done (its failed and pending chunks,
-/// or its plan) gets fresh attempts; the reaper queues them. Rows already written stay. The
-/// new version, `None` when the job was not failed or cancelled.
+/// A failed or cancelled job (whose items are still kept) runs again: what it had not done (its
+/// failed and pending chunks, or its plan) gets fresh attempts; the reaper queues them. Rows
+/// already written stay. The new version, `None` when the job was not failed or cancelled.
 pub async fn retry(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    // Chunks before the job, the order a committing chunk takes them in: no deadlock.
+    sqlx::query(
+        "select 1 from job_chunks where job_id = $1 and state <> 'done' order by chunk_no
+         for update",
+    )
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    // Back to `waiting`: it starts again only when no earlier job with its serialize key is
+    // live, and its plan step (which starts a planned job at once) goes first.
     let version: Option<i64> = sqlx::query_scalar(
-        "update jobs set status = case when started_at is null then 'waiting' else 'running' end,
+        "update jobs set status = 'waiting',
              error = null, finished_at = null, chunks_failed = 0, attempts = 0,
              run_after = now(), last_error = null, lease_owner = null, lease_expires_at = null,
              version = version + 1

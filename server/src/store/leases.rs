@@ -25,7 +25,7 @@ macro_rules! first_in_line {
         "(j.status <> 'waiting' or j.serialize_key is null or not exists (
              select 1 from jobs o
              where o.serialize_key = j.serialize_key and o.status in ('waiting', 'running')
-               and (o.created_at, o.id) < (j.created_at, j.id)))"
+               and o.seq < j.seq))"
     };
 }
 
@@ -146,19 +146,20 @@ pub async fn renew(pool: &PgPool, lease: &Lease, ttl: Duration) -> sqlx::Result<
     Ok(live == Some(true))
 }
 
-/// Gives a lease back: after success (a step's attempts start again for its next step), or
-/// without counting the attempt (the run was stopped: shutdown, or the job was cancelled).
-pub async fn release(pool: &PgPool, lease: &Lease, succeeded: bool) -> sqlx::Result<()> {
+/// Gives a lease back without counting the attempt: the run ended without failing (it had
+/// nothing to do, or was stopped: shutdown, a cancel). A run that did its work settled its
+/// attempts in its own transaction (a chunk marked done and its lease freed, a plan sealed with
+/// the attempts reset, an export's finish begun with a fresh lease), so nothing is lost here.
+pub async fn release(pool: &PgPool, lease: &Lease) -> sqlx::Result<()> {
     let sql = match lease.item {
         Item::Step(_) => {
             "update jobs set lease_owner = null, lease_expires_at = null,
-                 attempts = case when $4 then 0 else attempts - 1 end,
-                 last_error = case when $4 then null else last_error end
+                 attempts = greatest(attempts - 1, 0)
              where id = $1 and $2::integer is null and lease_owner = $3"
         }
         Item::Chunk { .. } => {
             "update job_chunks set lease_owner = null, lease_expires_at = null,
-                 attempts = case when $4 then attempts else attempts - 1 end
+                 attempts = greatest(attempts - 1, 0)
              where job_id = $1 and chunk_no = $2 and lease_owner = $3"
         }
     };
@@ -166,7 +167,6 @@ pub async fn release(pool: &PgPool, lease: &Lease, succeeded: bool) -> sqlx::Res
         .bind(lease.item.job_id())
         .bind(lease.item.chunk_no())
         .bind(&lease.owner)
-        .bind(succeeded)
         .execute(pool)
         .await?;
     Ok(())
@@ -222,12 +222,18 @@ pub async fn record_failure(
     })
 }
 
-/// A new ticket for a job's step, whose next message the caller pushes in its transaction.
-pub async fn new_step_ticket(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<Uuid> {
-    sqlx::query_scalar("update jobs set ticket = gen_random_uuid() where id = $1 returning ticket")
-        .bind(job_id)
-        .fetch_one(conn)
-        .await
+/// The job's next step (an export's finish) is due: a new ticket, whose message the caller
+/// pushes in its transaction, with the step's lease free (the plan that queues it may still
+/// hold it) and fresh attempts.
+pub async fn next_step(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<Uuid> {
+    sqlx::query_scalar(
+        "update jobs set ticket = gen_random_uuid(), lease_owner = null, lease_expires_at = null,
+             attempts = 0, last_error = null, run_after = now()
+         where id = $1 returning ticket",
+    )
+    .bind(job_id)
+    .fetch_one(conn)
+    .await
 }
 
 /// An item whose holder stopped renewing its lease (killed, machine gone, or stalled).
@@ -284,7 +290,8 @@ struct Unqueued {
     job_id: Uuid,
     kind: String,
     chunk_no: Option<i32>,
-    sealed: bool,
+    /// For a step: the job has yet to start (or start again, after a retry).
+    waiting: bool,
     ticket: Uuid,
 }
 
@@ -299,25 +306,31 @@ pub async fn take_unqueued(
 ) -> sqlx::Result<Vec<(TaskMsg, Uuid)>> {
     let items: Vec<Unqueued> = sqlx::query_as(concat!(
         "with due as (
-             select c.job_id, j.kind, c.chunk_no, j.sealed from job_chunks c
+             select c.job_id, j.kind, c.chunk_no, false as waiting from job_chunks c
              join jobs j on j.id = c.job_id
              where c.state = 'pending' and j.status = 'running' and c.run_after <= now()
                and c.lease_owner is null and not exists (select 1 from apalis.jobs m
                    where m.job_type = $1 and m.idempotency_key = c.ticket::text
-                     and (m.status in ('Pending', 'Queued')
-                          or m.status = 'Running' and m.lock_at > now() - make_interval(secs => $2)))
+                     and (m.status = 'Pending'
+                          or m.status in ('Queued', 'Running')
+                             and m.lock_at > now() - make_interval(secs => $2)))
              union all
-             select j.id, j.kind, null, j.sealed from jobs j
+             select j.id, j.kind, null, j.status = 'waiting' from jobs j
              where j.status in ('waiting', 'running') and j.run_after <= now()
                and j.lease_owner is null
-               -- A step is to do: the plan, or the finish of an export whose chunks are done.
-               and (not j.sealed or (j.kind = 'export' and j.chunks_done = j.chunks_total
-                                     and j.result_upload_id is null))
-               and ", first_in_line!(), "
+               -- A step is to do: the start (and plan) of a waiting job, the plan of an
+               -- unplanned one, or the finish of an export whose chunks are done.
+               and (j.status = 'waiting' or not j.sealed
+                    or (j.kind = 'export' and j.chunks_done = j.chunks_total
+                        and j.result_upload_id is null))
+               and ",
+        first_in_line!(),
+        "
                and not exists (select 1 from apalis.jobs m
                    where m.job_type = $1 and m.idempotency_key = j.ticket::text
-                     and (m.status in ('Pending', 'Queued')
-                          or m.status = 'Running' and m.lock_at > now() - make_interval(secs => $2)))
+                     and (m.status = 'Pending'
+                          or m.status in ('Queued', 'Running')
+                             and m.lock_at > now() - make_interval(secs => $2)))
              limit $3
          ),
          chunk_tickets as (
@@ -330,7 +343,7 @@ pub async fn take_unqueued(
              where due.chunk_no is null and j.id = due.job_id
              returning j.id as job_id, j.ticket
          )
-         select due.job_id, due.kind, due.chunk_no, due.sealed,
+         select due.job_id, due.kind, due.chunk_no, due.waiting,
              coalesce(c.ticket, s.ticket) as ticket
          from due
          left join chunk_tickets c on c.job_id = due.job_id and c.chunk_no = due.chunk_no
@@ -350,12 +363,14 @@ pub async fn take_unqueued(
 impl Unqueued {
     fn task(&self) -> TaskMsg {
         let job_id = self.job_id;
-        match (self.kind.as_str(), self.chunk_no, self.sealed) {
-            ("export", Some(chunk_no), _) => TaskMsg::ExportChunk { job_id, chunk_no },
-            (_, Some(chunk_no), _) => TaskMsg::Chunk { job_id, chunk_no },
-            ("export", None, true) => TaskMsg::ExportFinish { job_id },
-            ("export", None, false) => TaskMsg::ExportPlan { job_id },
-            (_, None, _) => TaskMsg::Plan { job_id },
+        let export = self.kind == "export";
+        match (self.chunk_no, export) {
+            (Some(chunk_no), true) => TaskMsg::ExportChunk { job_id, chunk_no },
+            (Some(chunk_no), false) => TaskMsg::Chunk { job_id, chunk_no },
+            (None, false) => TaskMsg::Plan { job_id },
+            // Unsealed exports are never running (their plan starts and seals them at once).
+            (None, true) if self.waiting => TaskMsg::ExportPlan { job_id },
+            (None, true) => TaskMsg::ExportFinish { job_id },
         }
     }
 }

@@ -35,10 +35,20 @@ pub async fn prune(
     jobs_age: Duration,
 ) -> sqlx::Result<Pruned> {
     let items_age = items_age.as_secs_f64();
-    let old_jobs: Vec<uuid::Uuid> = sqlx::query_scalar(
-        "select id from jobs
-         where finished_at < now() - make_interval(secs => $1) and items_pruned_at is null
-         order by finished_at limit $2",
+    // Claimed first, under row locks re-checked against the age: a retry committing meanwhile
+    // (which clears `finished_at`) keeps its job's items, and a retry coming after finds the
+    // items gone and is refused.
+    let claimed: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "update jobs j set items_pruned_at = now(),
+             source_filename = (select filename from uploads u where u.id = j.upload_id),
+             upload_id = null, data_upload_id = null, result_upload_id = null
+         where id in (select id from jobs
+                      where finished_at < now() - make_interval(secs => $1)
+                        and items_pruned_at is null
+                      order by finished_at limit $2
+                      for update skip locked)
+           and finished_at < now() - make_interval(secs => $1)
+         returning id",
     )
     .bind(items_age)
     .bind(BATCH / 100)
@@ -48,20 +58,11 @@ pub async fn prune(
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "delete from {table} where job_id = any($1)"
         )))
-        .bind(&old_jobs)
+        .bind(&claimed)
         .execute(&mut *conn)
         .await?;
     }
-    let job_items = sqlx::query(
-        "update jobs j set items_pruned_at = now(),
-             source_filename = (select filename from uploads u where u.id = j.upload_id),
-             upload_id = null, data_upload_id = null, result_upload_id = null
-         where id = any($1)",
-    )
-    .bind(&old_jobs)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+    let job_items = claimed.len() as u64;
 
     let jobs = sqlx::query(
         "delete from jobs where id in (
