@@ -11,6 +11,8 @@ use uuid::Uuid;
 pub enum JobKind {
     Import,
     Export,
+    /// A parent of imports and exports, complete when sealed and its children are.
+    Batch,
 }
 
 /// Where a job is in its life. See `docs/architecture.md` for the state diagram.
@@ -152,6 +154,9 @@ pub struct JobView {
     /// Parts that ran out of attempts (the first 100), with their last error.
     #[serde(default)]
     pub failed_parts: Vec<FailedPart>,
+    /// The batch this job belongs to.
+    #[serde(default)]
+    pub parent_id: Option<Uuid>,
 }
 
 /// A chunk of a job that failed every attempt.
@@ -174,6 +179,7 @@ impl JobView {
             JobKind::Import => {
                 format!("Import of {}", self.filename.as_deref().unwrap_or("a file"))
             }
+            JobKind::Batch => "Batch of jobs".to_owned(),
             JobKind::Export => format!(
                 "Export of {} as {}",
                 self.dataset.as_deref().unwrap_or("a dataset"),
@@ -308,6 +314,7 @@ mod tests {
             finished_at: None,
             elapsed_seconds: None,
             failed_parts: Vec::new(),
+            parent_id: None,
         }
     }
 

@@ -84,7 +84,9 @@ impl From<UploadError> for ApiError {
 impl From<CreateError> for ApiError {
     fn from(err: CreateError) -> Self {
         match err {
-            CreateError::UploadNotFound(_) | CreateError::DatasetNotFound(_) => {
+            CreateError::UploadNotFound(_)
+            | CreateError::DatasetNotFound(_)
+            | CreateError::NotAnOpenBatch(_) => {
                 Self::Invalid(format!("Cannot create the job: {err}."))
             }
             CreateError::Invalid(message) => Self::Invalid(message),

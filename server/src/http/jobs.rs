@@ -40,6 +40,25 @@ pub struct CreateJob {
     dedupe_key: Option<String>,
     /// Jobs with the same key run one at a time, in creation order (default: the dataset).
     serialize_key: Option<String>,
+    /// The open batch this job joins.
+    parent_id: Option<Uuid>,
+    /// Where the job's final state is POSTed once it ends (plain `http://`).
+    callback_url: Option<String>,
+}
+
+/// A callback URL we can call: absolute `http://` (this build speaks no TLS), at most 2,000
+/// characters.
+fn callback_url(raw: &str) -> Result<String, ApiError> {
+    let url = reqwest::Url::parse(raw.trim())
+        .ok()
+        .filter(|url| url.scheme() == "http" && url.host().is_some() && raw.len() <= 2000)
+        .ok_or_else(|| {
+            ApiError::Invalid(
+                "\"callbackUrl\" must be an absolute http:// URL (https is not supported yet)."
+                    .into(),
+            )
+        })?;
+    Ok(url.to_string())
 }
 
 /// The longest dedupe or serialize key accepted.
@@ -63,6 +82,8 @@ impl CreateJob {
                 idempotency_key.or(self.dedupe_key.as_deref()),
             )?,
             serialize_key: key("\"serializeKey\"", self.serialize_key.as_deref())?,
+            parent_id: self.parent_id,
+            callback_url: self.callback_url.as_deref().map(callback_url).transpose()?,
             ..Options::default()
         };
         if matches!(options.max_failures_per_item, Some(n) if !(1..=100).contains(&n)) {
@@ -145,9 +166,10 @@ pub async fn create(
             let format = request.format.as_deref().unwrap_or("csv");
             create::export(&state.pool, &owner.0, dataset.trim(), format, &options).await?
         }
+        "batch" => create::batch(&state.pool, &owner.0, &options).await?,
         other => {
             return Err(ApiError::Invalid(format!(
-                "Unknown jobType \"{other}\": use \"import\" or \"export\"."
+                "Unknown jobType \"{other}\": use \"import\", \"export\" or \"batch\"."
             )));
         }
     };
@@ -172,6 +194,22 @@ pub async fn cancel(
     let id = job_id(id)?;
     let outcome = control::cancel(&state.pool, id).await?;
     answer(&state, id, outcome, "The job has already ended.").await
+}
+
+/// `POST /api/jobs/{id}/seal` → the batch, taking no more children (409 unless an open batch).
+pub async fn seal(
+    State(state): State<AppState>,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<Json<JobView>, ApiError> {
+    let id = job_id(id)?;
+    let outcome = control::seal(&state.pool, id).await?;
+    answer(
+        &state,
+        id,
+        outcome,
+        "Only a running batch that is not sealed can be sealed.",
+    )
+    .await
 }
 
 /// `POST /api/jobs/{id}/retry` → the job, running again what it had not done (409 unless it

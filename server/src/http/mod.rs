@@ -60,6 +60,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/jobs/{id}/events", get(events::one_job))
         .route("/api/jobs/{id}/cancel", post(jobs::cancel))
         .route("/api/jobs/{id}/retry", post(jobs::retry))
+        .route("/api/jobs/{id}/seal", post(jobs::seal))
         .route("/api/jobs/{id}/errors", get(reports::json))
         .route("/api/jobs/{id}/errors.csv", get(reports::csv))
         .route("/api/jobs/{id}/errors.xlsx", get(reports::xlsx))

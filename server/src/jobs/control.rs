@@ -1,6 +1,7 @@
-//! What people do to a running or finished job: cancel it, or retry what it did not do.
-//! Each is one transition in one transaction with its notification; the workers notice a
-//! cancel at their next heartbeat, and the reaper queues what a retry made due.
+//! What people do to a running or finished job: cancel it (a batch with its children), retry
+//! what it did not do, seal a batch. Each is one transition in one transaction with its
+//! notifications; the workers notice a cancel at their next heartbeat, the reaper queues what a
+//! retry made due and ends a sealed batch whose children have ended.
 
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -26,25 +27,42 @@ pub async fn retry(pool: &PgPool, job_id: Uuid) -> sqlx::Result<Outcome> {
     transition(pool, job_id, Transition::Retry).await
 }
 
+/// A batch takes no more children.
+pub async fn seal(pool: &PgPool, job_id: Uuid) -> sqlx::Result<Outcome> {
+    transition(pool, job_id, Transition::Seal).await
+}
+
 enum Transition {
     Cancel,
     Retry,
+    Seal,
 }
 
 async fn transition(pool: &PgPool, job_id: Uuid, transition: Transition) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;
-    let version = match transition {
+    let changed = match transition {
         Transition::Cancel => jobs::cancel(&mut tx, job_id).await?,
-        Transition::Retry => jobs::retry(&mut tx, job_id).await?,
+        Transition::Retry => jobs::retry(&mut tx, job_id)
+            .await?
+            .map(|v| (job_id, v))
+            .into_iter()
+            .collect(),
+        Transition::Seal => jobs::seal_batch(&mut tx, job_id)
+            .await?
+            .map(|v| (job_id, v))
+            .into_iter()
+            .collect(),
     };
-    let Some(version) = version else {
+    if changed.is_empty() {
         tx.rollback().await?;
         return Ok(match jobs::find(pool, job_id).await? {
             Some(_) => Outcome::NotApplicable,
             None => Outcome::NoSuchJob,
         });
-    };
-    notify::job_changed(&mut tx, job_id, version).await?;
+    }
+    for (id, version) in changed {
+        notify::job_changed(&mut tx, id, version).await?;
+    }
     tx.commit().await?;
     Ok(Outcome::Done)
 }

@@ -1,7 +1,7 @@
 //! Creating a job: the job row, its first task and the first notification, in one transaction.
 
 use app::model::JobView;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::queue::{self, TaskMsg};
@@ -22,6 +22,10 @@ pub enum CreateError {
     DatasetNotFound(String),
     #[error("{0}")]
     Invalid(String),
+    #[error(
+        "no open batch has the id {0}: a job can join only a batch that is running and not sealed"
+    )]
+    NotAnOpenBatch(Uuid),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
     #[error(transparent)]
@@ -57,6 +61,7 @@ pub async fn import(
         options.serialize_key.as_deref().unwrap_or_default(),
     )
     .await?;
+    join_batch(&mut tx, &options).await?;
     let dataset_id = datasets::ensure(&mut tx, owner, dataset).await?;
     let inserted =
         jobs::insert_import(&mut tx, owner, upload_id, dataset_id, sheet, &options).await?;
@@ -87,9 +92,55 @@ pub async fn export(
     let dataset_id = datasets::id_of(&mut tx, dataset)
         .await?
         .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?;
+    join_batch(&mut tx, &options).await?;
     let inserted = jobs::insert_export(&mut tx, owner, dataset_id, format, &options).await?;
     let plan = |job_id| TaskMsg::ExportPlan { job_id };
     queue_first_task(pool, tx, owner, &options, inserted, plan).await
+}
+
+/// Creates a batch: a parent for imports and exports created with its id as `parentId`. It
+/// completes once sealed (`POST /api/jobs/{id}/seal`) and all its children have completed.
+pub async fn batch(pool: &PgPool, owner: &str, options: &Options) -> Result<Created, CreateError> {
+    let mut tx = pool.begin().await?;
+    let inserted = jobs::insert_batch(&mut tx, owner, options).await?;
+    let (job_id, replayed) = match inserted {
+        Some(job) => {
+            notify::job_changed(&mut tx, job.id, 1).await?;
+            tx.commit().await?;
+            (job.id, false)
+        }
+        None => (deduped(pool, tx, owner, options).await?, true),
+    };
+    let job = jobs::find(pool, job_id)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)?;
+    Ok(Created { job, replayed })
+}
+
+/// Checks that the job's batch, if it names one, takes children, and holds it open until the
+/// job is created.
+async fn join_batch(conn: &mut PgConnection, options: &Options) -> Result<(), CreateError> {
+    match options.parent_id {
+        Some(parent) if !jobs::lock_open_batch(conn, parent).await? => {
+            Err(CreateError::NotAnOpenBatch(parent))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The job an earlier request with the same dedupe key made (this request's changes dropped).
+async fn deduped(
+    pool: &PgPool,
+    tx: Transaction<'_, Postgres>,
+    owner: &str,
+    options: &Options,
+) -> Result<Uuid, CreateError> {
+    tx.rollback().await?;
+    let key = options.dedupe_key.as_deref().unwrap_or_default();
+    let mut conn = pool.acquire().await?;
+    Ok(jobs::find_deduped(&mut conn, owner, key)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)?)
 }
 
 /// Jobs on a dataset run in creation order unless the request names another serialize key:
@@ -123,15 +174,7 @@ async fn queue_first_task(
             tx.commit().await?;
             (job.id, false)
         }
-        None => {
-            tx.rollback().await?;
-            let key = options.dedupe_key.as_deref().unwrap_or_default();
-            let mut conn = pool.acquire().await?;
-            let id = jobs::find_deduped(&mut conn, owner, key)
-                .await?
-                .ok_or(sqlx::Error::RowNotFound)?;
-            (id, true)
-        }
+        None => (deduped(pool, tx, owner, options).await?, true),
     };
     let job = jobs::find(pool, job_id)
         .await?

@@ -20,6 +20,7 @@
 //! - Every transition names the state it expects and sends `job_progress` (see
 //!   [`crate::store::notify`]).
 
+pub mod callbacks;
 pub mod chunk;
 pub mod control;
 pub mod convert;

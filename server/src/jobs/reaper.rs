@@ -2,7 +2,8 @@
 //! it needs no leader election and survives any process dying) frees items whose lease
 //! expired and queues a message for every item that is due and has none. So a killed
 //! worker's chunk runs again about one lease later, a lost or spent message is replaced, a
-//! retry's backoff ends in a run, and nothing depends on apalis's own recovery. Every
+//! retry's backoff ends in a run, and nothing depends on apalis's own recovery. It also ends
+//! sealed batches whose children have ended, and sends due completion callbacks. Every
 //! `PRUNE_EVERY` it also applies retention ([`crate::store::retention`]), under its own lock.
 
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::{TaskError, queue};
+use super::{TaskError, callbacks, queue};
 use crate::store::{
     jobs,
     leases::{self, Item},
@@ -46,6 +47,7 @@ pub async fn run(
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut next_prune = tokio::time::Instant::now();
+    let client = reqwest::Client::new();
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
@@ -53,6 +55,10 @@ pub async fn run(
         }
         if let Err(err) = round(&pool, lease).await {
             tracing::warn!("reaper round failed (the next one retries): {err}");
+        }
+        // Any process may send: each callback is claimed first.
+        if let Err(err) = callbacks::deliver_due(&pool, &client).await {
+            tracing::warn!("sending callbacks failed (the next round retries): {err}");
         }
         if tokio::time::Instant::now() >= next_prune {
             next_prune += PRUNE_EVERY;
@@ -117,6 +123,9 @@ pub async fn round(pool: &PgPool, lease: Duration) -> Result<(), TaskError> {
         if let Some(version) = version {
             notify::job_changed(&mut tx, job_id, version).await?;
         }
+    }
+    for (job_id, version) in jobs::settle_batches(&mut tx).await? {
+        notify::job_changed(&mut tx, job_id, version).await?;
     }
     let unqueued = leases::take_unqueued(&mut tx, lease, BATCH).await?;
     if !unqueued.is_empty() {

@@ -22,7 +22,8 @@ macro_rules! select_view {
                         'firstRow', c.first_row, 'rowCount', c.row_count,
                         'attempts', c.attempts, 'error', c.last_error) order by c.chunk_no), '[]')
             from (select * from job_chunks where job_id = j.id and state = 'failed'
-                  order by chunk_no limit 100) c) as failed_parts
+                  order by chunk_no limit 100) c) as failed_parts,
+           j.parent_id
     from jobs j
     left join uploads u on u.id = j.upload_id
     left join datasets d on d.id = j.dataset_id ",
@@ -54,6 +55,7 @@ struct ViewRow {
     has_result: bool,
     elapsed_seconds: Option<f64>,
     failed_parts: Json<Vec<FailedPart>>,
+    parent_id: Option<Uuid>,
 }
 
 impl From<ViewRow> for JobView {
@@ -62,6 +64,8 @@ impl From<ViewRow> for JobView {
             id: row.id,
             job_type: if row.kind == "export" {
                 JobKind::Export
+            } else if row.kind == "batch" {
+                JobKind::Batch
             } else {
                 JobKind::Import
             },
@@ -87,6 +91,7 @@ impl From<ViewRow> for JobView {
             finished_at: row.finished_at,
             elapsed_seconds: row.elapsed_seconds,
             failed_parts: row.failed_parts.0,
+            parent_id: row.parent_id,
         }
     }
 }
@@ -98,6 +103,10 @@ pub struct Options {
     pub dedupe_key: Option<String>,
     /// Jobs with the same key start one at a time, in creation order.
     pub serialize_key: Option<String>,
+    /// The open batch the job belongs to.
+    pub parent_id: Option<Uuid>,
+    /// Where the job's final state is POSTed once it ends.
+    pub callback_url: Option<String>,
     /// Attempts per chunk (and per step) before it fails; the table's default (5) when `None`.
     pub max_failures_per_item: Option<i32>,
     /// The job stops, failed, once more rows than this failed…
@@ -125,8 +134,9 @@ pub async fn insert_import(
 ) -> sqlx::Result<Option<NewJob>> {
     sqlx::query_as(
         "insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, max_failures_per_item,
-                           max_row_errors, max_row_errors_percent, dedupe_key, serialize_key)
-         values ($1, 'import', $2, $3, $4, $5, coalesce($6, 5), $7, $8, $9, $10)
+                           max_row_errors, max_row_errors_percent, dedupe_key, serialize_key,
+                           parent_id, callback_url)
+         values ($1, 'import', $2, $3, $4, $5, coalesce($6, 5), $7, $8, $9, $10, $11, $12)
          on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
          returning id, ticket",
     )
@@ -140,7 +150,78 @@ pub async fn insert_import(
     .bind(options.max_row_errors_percent)
     .bind(&options.dedupe_key)
     .bind(&options.serialize_key)
+    .bind(options.parent_id)
+    .bind(&options.callback_url)
     .fetch_optional(conn)
+    .await
+}
+
+/// Inserts a batch: a parent job, `running` at once, that children join until it is sealed.
+/// `None` as for [`insert_import`].
+pub async fn insert_batch(
+    conn: &mut PgConnection,
+    owner: &str,
+    options: &Options,
+) -> sqlx::Result<Option<NewJob>> {
+    sqlx::query_as(
+        "insert into jobs (id, kind, owner, status, started_at, dedupe_key, callback_url)
+         values ($1, 'batch', $2, 'running', now(), $3, $4)
+         on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
+         returning id, ticket",
+    )
+    .bind(Uuid::now_v7())
+    .bind(owner)
+    .bind(&options.dedupe_key)
+    .bind(&options.callback_url)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Whether `id` is a batch still taking children; holds it (against a concurrent seal) until
+/// the transaction ends.
+pub async fn lock_open_batch(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
+    let open: Option<bool> = sqlx::query_scalar(
+        "select true from jobs where id = $1 and kind = 'batch' and status = 'running'
+             and not sealed
+         for share",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await?;
+    Ok(open.is_some())
+}
+
+/// A batch takes no more children; the new version, `None` unless it was an open batch.
+pub async fn seal_batch(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
+        "update jobs set sealed = true, version = version + 1
+         where id = $1 and kind = 'batch' and status = 'running' and not sealed
+         returning version",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Ends every sealed batch whose children have all ended: `completed` if they all completed,
+/// else `failed`. Returns each with its new version.
+pub async fn settle_batches(conn: &mut PgConnection) -> sqlx::Result<Vec<(Uuid, i64)>> {
+    sqlx::query_as(
+        "update jobs p set finished_at = now(), version = version + 1,
+             status = case when bad.n = 0 then 'completed' else 'failed' end,
+             error = case when bad.n = 0 then null
+                          else format('%s of its jobs did not complete.', bad.n) end
+         from (select b.id, (select count(*) from jobs c
+                             where c.parent_id = b.id and c.status <> 'completed') as n
+               from jobs b
+               where b.kind = 'batch' and b.status = 'running' and b.sealed
+                 and not exists (select 1 from jobs c where c.parent_id = b.id
+                                 and c.status in ('waiting', 'running'))
+               for update of b skip locked) bad
+         where p.id = bad.id
+         returning p.id, p.version",
+    )
+    .fetch_all(conn)
     .await
 }
 
@@ -454,15 +535,18 @@ pub async fn add_failed_chunk(conn: &mut PgConnection, id: Uuid) -> sqlx::Result
     }
 }
 
-/// `waiting`/`running` → `cancelled`. The new version, `None` when the job had ended.
-pub async fn cancel(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
+/// `waiting`/`running` → `cancelled`, with a batch's live children. Every job cancelled, with
+/// its new version; none when the job had ended.
+pub async fn cancel(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Vec<(Uuid, i64)>> {
+    sqlx::query_as(
         "update jobs set status = 'cancelled', finished_at = now(), version = version + 1
-         where id = $1 and status in ('waiting', 'running')
-         returning version",
+         where status in ('waiting', 'running')
+           and (id = $1 or parent_id = $1 and exists (
+                    select 1 from jobs p where p.id = $1 and p.status in ('waiting', 'running')))
+         returning id, version",
     )
     .bind(id)
-    .fetch_optional(conn)
+    .fetch_all(conn)
     .await
 }
 
@@ -486,6 +570,7 @@ pub async fn retry(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64
              run_after = now(), last_error = null, lease_owner = null, lease_expires_at = null,
              version = version + 1
          where id = $1 and status in ('failed', 'cancelled') and items_pruned_at is null
+           and kind <> 'batch'
          returning version",
     )
     .bind(id)
@@ -514,8 +599,8 @@ pub async fn insert_export(
 ) -> sqlx::Result<Option<NewJob>> {
     sqlx::query_as(
         "insert into jobs (id, kind, owner, dataset_id, format, max_failures_per_item,
-                           dedupe_key, serialize_key)
-         values ($1, 'export', $2, $3, $4, coalesce($5, 5), $6, $7)
+                           dedupe_key, serialize_key, parent_id, callback_url)
+         values ($1, 'export', $2, $3, $4, coalesce($5, 5), $6, $7, $8, $9)
          on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
          returning id, ticket",
     )
@@ -526,6 +611,8 @@ pub async fn insert_export(
     .bind(options.max_failures_per_item)
     .bind(&options.dedupe_key)
     .bind(&options.serialize_key)
+    .bind(options.parent_id)
+    .bind(&options.callback_url)
     .fetch_optional(conn)
     .await
 }

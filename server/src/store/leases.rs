@@ -317,7 +317,7 @@ pub async fn take_unqueued(
              union all
              select j.id, j.kind, null, j.status = 'waiting' from jobs j
              where j.status in ('waiting', 'running') and j.run_after <= now()
-               and j.lease_owner is null
+               and j.lease_owner is null and j.kind <> 'batch'
                -- A step is to do: the start (and plan) of a waiting job, the plan of an
                -- unplanned one, or the finish of an export whose chunks are done.
                and (j.status = 'waiting' or not j.sealed

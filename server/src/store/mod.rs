@@ -3,6 +3,7 @@
 //! State changes name the state they expect (`… where status = 'running'`), so a late or
 //! duplicated message can never move a job that has moved on.
 
+pub mod callbacks;
 pub mod chunks;
 pub mod datasets;
 pub mod errors;
