@@ -167,7 +167,10 @@ async fn a_batch_with_a_failed_child_fails_and_cancelling_it_cancels_its_childre
             json!({ "dataset": "e", "parentId": batch.id }),
         )
         .await;
-    assert_eq!(server.finished(header_only.id).await.status, JobStatus::Failed);
+    assert_eq!(
+        server.finished(header_only.id).await.status,
+        JobStatus::Failed
+    );
     server
         .post_json(&format!("/api/jobs/{}/seal", batch.id), json!({}))
         .await;

@@ -13,6 +13,9 @@ use crate::{
 pub fn JobControls(
     id: Uuid,
     #[prop(into)] status: Signal<JobStatus>,
+    /// Batches are not retried (their children are).
+    #[prop(optional)]
+    batch: bool,
     /// Called with the job as the server answered.
     on_changed: Callback<JobView>,
 ) -> impl IntoView {
@@ -32,7 +35,8 @@ pub fn JobControls(
         }
     };
     let live = move || matches!(status.get(), JobStatus::Waiting | JobStatus::Running);
-    let retryable = move || matches!(status.get(), JobStatus::Failed | JobStatus::Cancelled);
+    let retryable =
+        move || !batch && matches!(status.get(), JobStatus::Failed | JobStatus::Cancelled);
     view! {
         <span class="controls">
             <Show when=live>

@@ -106,6 +106,7 @@ fn LiveJob(job: JobView) -> impl IntoView {
     });
     let status = move || state.read().status;
     let is_export = move || state.read().job_type == JobKind::Export;
+    let is_batch = state.read_untracked().job_type == JobKind::Batch;
     view! {
         {move || {
             following.track();
@@ -113,10 +114,12 @@ fn LiveJob(job: JobView) -> impl IntoView {
         }}
         <section class="card job" data-status=move || status().as_str()>
             <h1>{move || state.read().title()}</h1>
-            <p class="dataset">
-                {move || if is_export() { "from dataset " } else { "into dataset " }}
-                <strong>{move || state.read().dataset.clone().unwrap_or_default()}</strong>
-            </p>
+            <Show when=move || state.read().dataset.is_some()>
+                <p class="dataset">
+                    {move || if is_export() { "from dataset " } else { "into dataset " }}
+                    <strong>{move || state.read().dataset.clone().unwrap_or_default()}</strong>
+                </p>
+            </Show>
             <p class="message" data-testid="job-message">
                 {move || state.read().message()}
             </p>
@@ -167,7 +170,7 @@ fn LiveJob(job: JobView) -> impl IntoView {
             }}
             <FailedParts state />
             <p class="actions">
-                <JobControls id status=Signal::derive(status) on_changed />
+                <JobControls id status=Signal::derive(status) on_changed batch=is_batch />
             </p>
             <Show when=move || status() == JobStatus::Completed && !is_export()>
                 <p>

@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use crate::{
     data::list_jobs,
     live,
-    model::{JobView, thousands},
+    model::{JobKind, JobView, thousands},
     pages::controls::JobControls,
 };
 
@@ -73,6 +73,7 @@ fn JobRow(job: JobView, rows: RwSignal<Vec<JobView>>) -> impl IntoView {
         rows.update(|rows| apply_update(rows, update));
     });
     let (id, status) = (job.id, job.status);
+    let batch = job.job_type == JobKind::Batch;
     let progress = match job.item_count {
         Some(count) => format!(
             "{}% ({} of {})",
@@ -93,7 +94,7 @@ fn JobRow(job: JobView, rows: RwSignal<Vec<JobView>>) -> impl IntoView {
             <td>{progress}</td>
             <td>{job.created_at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
             <td>
-                <JobControls id status=Signal::stored(status) on_changed />
+                <JobControls id status=Signal::stored(status) on_changed batch />
             </td>
         </tr>
     }
