@@ -306,9 +306,9 @@ async fn a_repeated_create_with_the_same_key_returns_the_first_job() {
 #[tokio::test]
 async fn jobs_with_the_same_serialize_key_run_one_at_a_time_in_order() {
     let db = TestDb::new().await;
-    let server = TestServer::start(&db, Some(support::worker_args(100))).await;
+    let server = TestServer::start(&db, None).await;
     // Three imports into one dataset (its name is the default key), queued at once; a fourth,
-    // into another dataset, may run alongside.
+    // into another dataset, may run alongside. A worker process running two tasks at once.
     let mut queued = Vec::new();
     for n in 0..3 {
         queued.push(
@@ -318,6 +318,7 @@ async fn jobs_with_the_same_serialize_key_run_one_at_a_time_in_order() {
         );
     }
     let elsewhere = server.import("x.csv", csv(1500), "elsewhere").await;
+    let _worker = WorkerProcess::start_with(&db, 100, &[("CONVEYOR_WORKER_CONCURRENCY", "2")]);
     let mut done = Vec::new();
     for job in &queued {
         done.push(server.finished(job.id).await);

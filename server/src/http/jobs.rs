@@ -42,21 +42,19 @@ pub struct CreateJob {
     serialize_key: Option<String>,
     /// The open batch this job joins.
     parent_id: Option<Uuid>,
-    /// Where the job's final state is POSTed once it ends (plain `http://`).
+    /// Where the job's final state is POSTed once it ends.
     callback_url: Option<String>,
 }
 
-/// A callback URL we can call: absolute `http://` (this build speaks no TLS), at most 2,000
-/// characters.
+/// A callback URL we can call: absolute `http://` or `https://`, at most 2,000 characters.
 fn callback_url(raw: &str) -> Result<String, ApiError> {
     let url = reqwest::Url::parse(raw.trim())
         .ok()
-        .filter(|url| url.scheme() == "http" && url.host().is_some() && raw.len() <= 2000)
+        .filter(|url| {
+            matches!(url.scheme(), "http" | "https") && url.host().is_some() && raw.len() <= 2000
+        })
         .ok_or_else(|| {
-            ApiError::Invalid(
-                "\"callbackUrl\" must be an absolute http:// URL (https is not supported yet)."
-                    .into(),
-            )
+            ApiError::Invalid("\"callbackUrl\" must be an absolute http(s):// URL.".into())
         })?;
     Ok(url.to_string())
 }
