@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use app::model::JobStatus;
+use app::model::{JobStatus, JobView};
 use reqwest::StatusCode;
 use serde_json::json;
 use support::{TestDb, TestServer, WorkerProcess, csv, stored_rows};
@@ -39,6 +39,14 @@ async fn drop_trigger(db: &TestDb) {
         .execute(&db.pool)
         .await
         .unwrap();
+}
+
+/// The job completed, with every one of `rows` rows counted and stored once.
+async fn completed_exactly(db: &TestDb, done: &JobView, rows: usize) {
+    assert_eq!(done.status, JobStatus::Completed, "{:?}", done.error);
+    let rows = rows as i64;
+    assert_eq!((done.rows_ok, done.item_progress), (rows, rows));
+    assert_eq!(stored_rows(&db.pool, done.id).await, (rows, rows));
 }
 
 /// Chunks of the job whose lease is held.
@@ -97,10 +105,7 @@ async fn sigterm_gives_back_running_chunks_and_another_worker_finishes() {
         .pop()
         .unwrap()
         .job;
-    assert_eq!(done.status, JobStatus::Completed, "{:?}", done.error);
-    let rows = ROWS as i64;
-    assert_eq!((done.rows_ok, done.item_progress), (rows, rows));
-    assert_eq!(stored_rows(&db.pool, job.id).await, (rows, rows));
+    completed_exactly(&db, &done, ROWS).await;
     server.stop().await;
 }
 
@@ -141,10 +146,7 @@ async fn cancel_stops_running_chunks_and_retry_resumes_exactly() {
         .await;
     assert_eq!(retried.status(), StatusCode::OK);
     let done = server.finished(job.id).await;
-    assert_eq!(done.status, JobStatus::Completed, "{:?}", done.error);
-    let rows = ROWS as i64;
-    assert_eq!((done.rows_ok, done.item_progress), (rows, rows));
-    assert_eq!(stored_rows(&db.pool, job.id).await, (rows, rows));
+    completed_exactly(&db, &done, ROWS).await;
     server.stop().await;
 }
 
@@ -429,9 +431,6 @@ async fn a_job_completes_across_a_postgres_restart_and_streams_resync() {
         .pop()
         .unwrap()
         .job;
-    assert_eq!(done.status, JobStatus::Completed, "{:?}", done.error);
-    let rows = ROWS as i64;
-    assert_eq!((done.rows_ok, done.item_progress), (rows, rows));
-    assert_eq!(stored_rows(&db.pool, job.id).await, (rows, rows));
+    completed_exactly(&db, &done, ROWS).await;
     server.stop().await;
 }

@@ -9,7 +9,7 @@ use crate::{
     spreadsheet::schema,
     store::{
         datasets,
-        jobs::{self, NewJob, Options},
+        jobs::{self, NewJob, NewKind, Options},
         notify, uploads,
     },
 };
@@ -63,9 +63,9 @@ pub async fn import(
     .await?;
     join_batch(&mut tx, &options).await?;
     let dataset_id = datasets::ensure(&mut tx, owner, dataset).await?;
-    let inserted =
-        jobs::insert_import(&mut tx, owner, upload_id, dataset_id, sheet, &options).await?;
-    let plan = |job_id| TaskMsg::Plan { job_id };
+    let kind = NewKind::Import { upload_id, sheet };
+    let inserted = jobs::insert(&mut tx, owner, dataset_id, kind, &options).await?;
+    let plan = |job_id| Some(TaskMsg::Plan { job_id });
     queue_first_task(pool, tx, owner, &options, inserted, plan).await
 }
 
@@ -93,8 +93,9 @@ pub async fn export(
         .await?
         .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?;
     join_batch(&mut tx, &options).await?;
-    let inserted = jobs::insert_export(&mut tx, owner, dataset_id, format, &options).await?;
-    let plan = |job_id| TaskMsg::ExportPlan { job_id };
+    let kind = NewKind::Export { format };
+    let inserted = jobs::insert(&mut tx, owner, dataset_id, kind, &options).await?;
+    let plan = |job_id| Some(TaskMsg::ExportPlan { job_id });
     queue_first_task(pool, tx, owner, &options, inserted, plan).await
 }
 
@@ -103,18 +104,8 @@ pub async fn export(
 pub async fn batch(pool: &PgPool, owner: &str, options: &Options) -> Result<Created, CreateError> {
     let mut tx = pool.begin().await?;
     let inserted = jobs::insert_batch(&mut tx, owner, options).await?;
-    let (job_id, replayed) = match inserted {
-        Some(job) => {
-            notify::job_changed(&mut tx, job.id, 1).await?;
-            tx.commit().await?;
-            (job.id, false)
-        }
-        None => (deduped(pool, tx, owner, options).await?, true),
-    };
-    let job = jobs::find(pool, job_id)
-        .await?
-        .ok_or(sqlx::Error::RowNotFound)?;
-    Ok(Created { job, replayed })
+    // A batch has no task of its own: the reaper ends it.
+    queue_first_task(pool, tx, owner, options, inserted, |_| None).await
 }
 
 /// Checks that the job's batch, if it names one, takes children, and holds it open until the
@@ -157,7 +148,7 @@ fn with_dataset_order(options: &Options, dataset: &str) -> Options {
     }
 }
 
-/// Queues the new job's first task and commits; or, when the insert met the owner's job with
+/// Queues the new job's first task (if it has one) and commits; or, when the insert met the owner's job with
 /// the same dedupe key, drops this request's changes and answers with that job.
 async fn queue_first_task(
     pool: &PgPool,
@@ -165,11 +156,13 @@ async fn queue_first_task(
     owner: &str,
     options: &Options,
     inserted: Option<NewJob>,
-    first_task: impl Fn(Uuid) -> TaskMsg,
+    first_task: impl Fn(Uuid) -> Option<TaskMsg>,
 ) -> Result<Created, CreateError> {
     let (job_id, replayed) = match inserted {
         Some(job) => {
-            queue::push(&mut tx, &[(first_task(job.id), job.ticket)]).await?;
+            if let Some(task) = first_task(job.id) {
+                queue::push(&mut tx, &[(task, job.ticket)]).await?;
+            }
             notify::job_changed(&mut tx, job.id, 1).await?;
             tx.commit().await?;
             (job.id, false)

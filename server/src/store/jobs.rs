@@ -122,29 +122,46 @@ pub struct NewJob {
     pub ticket: Uuid,
 }
 
-/// Inserts a new import job, `waiting`; `sheet` names the workbook sheet to read. `None` when
-/// the owner already has a job with the same dedupe key.
-pub async fn insert_import(
+/// What only one kind of job has.
+#[derive(Debug, Clone, Copy)]
+pub enum NewKind<'a> {
+    /// The upload to read and, for a workbook, the sheet.
+    Import {
+        upload_id: Uuid,
+        sheet: Option<&'a str>,
+    },
+    /// The file format to write.
+    Export { format: &'a str },
+}
+
+/// Inserts a new import or export job, `waiting`. `None` when the owner already has a job
+/// with the same dedupe key.
+pub async fn insert(
     conn: &mut PgConnection,
     owner: &str,
-    upload_id: Uuid,
     dataset_id: Uuid,
-    sheet: Option<&str>,
+    kind: NewKind<'_>,
     options: &Options,
 ) -> sqlx::Result<Option<NewJob>> {
+    let (kind, upload_id, sheet, format) = match kind {
+        NewKind::Import { upload_id, sheet } => ("import", Some(upload_id), sheet, None),
+        NewKind::Export { format } => ("export", None, None, Some(format)),
+    };
     sqlx::query_as(
-        "insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, max_failures_per_item,
-                           max_row_errors, max_row_errors_percent, dedupe_key, serialize_key,
-                           parent_id, callback_url)
-         values ($1, 'import', $2, $3, $4, $5, coalesce($6, 5), $7, $8, $9, $10, $11, $12)
+        "insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, format,
+                           max_failures_per_item, max_row_errors, max_row_errors_percent,
+                           dedupe_key, serialize_key, parent_id, callback_url)
+         values ($1, $2, $3, $4, $5, $6, $7, coalesce($8, 5), $9, $10, $11, $12, $13, $14)
          on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
          returning id, ticket",
     )
     .bind(Uuid::now_v7())
+    .bind(kind)
     .bind(owner)
     .bind(upload_id)
     .bind(dataset_id)
     .bind(sheet)
+    .bind(format)
     .bind(options.max_failures_per_item)
     .bind(options.max_row_errors)
     .bind(options.max_row_errors_percent)
@@ -157,7 +174,7 @@ pub async fn insert_import(
 }
 
 /// Inserts a batch: a parent job, `running` at once, that children join until it is sealed.
-/// `None` as for [`insert_import`].
+/// `None` as for [`insert`].
 pub async fn insert_batch(
     conn: &mut PgConnection,
     owner: &str,
@@ -587,34 +604,6 @@ pub async fn retry(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64
         .await?;
     }
     Ok(version)
-}
-
-/// Inserts a new export job, `waiting`; `None` as for [`insert_import`].
-pub async fn insert_export(
-    conn: &mut PgConnection,
-    owner: &str,
-    dataset_id: Uuid,
-    format: &str,
-    options: &Options,
-) -> sqlx::Result<Option<NewJob>> {
-    sqlx::query_as(
-        "insert into jobs (id, kind, owner, dataset_id, format, max_failures_per_item,
-                           dedupe_key, serialize_key, parent_id, callback_url)
-         values ($1, 'export', $2, $3, $4, coalesce($5, 5), $6, $7, $8, $9)
-         on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
-         returning id, ticket",
-    )
-    .bind(Uuid::now_v7())
-    .bind(owner)
-    .bind(dataset_id)
-    .bind(format)
-    .bind(options.max_failures_per_item)
-    .bind(&options.dedupe_key)
-    .bind(&options.serialize_key)
-    .bind(options.parent_id)
-    .bind(&options.callback_url)
-    .fetch_optional(conn)
-    .await
 }
 
 /// What the workers need to know about an export job.
