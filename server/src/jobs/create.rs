@@ -4,7 +4,7 @@ use app::model::JobView;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
-use super::queue::{self, TaskMsg};
+use super::queue::{self, Priority, TaskMsg};
 use crate::{
     spreadsheet::schema,
     store::{
@@ -161,7 +161,7 @@ async fn queue_first_task(
     let (job_id, replayed) = match inserted {
         Some(job) => {
             if let Some(task) = first_task(job.id) {
-                queue::push(&mut tx, &[(task, job.ticket)]).await?;
+                queue::push(&mut tx, &[(task, job.ticket)], Priority::New).await?;
             }
             notify::job_changed(&mut tx, job.id, 1).await?;
             tx.commit().await?;

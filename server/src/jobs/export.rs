@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::{
     Engine, Run, TaskError, pipe,
-    queue::{self, TaskMsg},
+    queue::{self, Priority, TaskMsg},
 };
 use crate::{
     spreadsheet::output::{self, LongText, MAX_XLSX_ROWS},
@@ -74,7 +74,7 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
             .map(|(chunk_no, ticket)| (TaskMsg::ExportChunk { job_id, chunk_no }, ticket))
             .collect()
     };
-    queue::push(&mut tx, &tasks).await?;
+    queue::push(&mut tx, &tasks, Priority::New).await?;
     notify::job_changed(&mut tx, job_id, version).await?;
     tx.commit().await?;
     tracing::info!(%job_id, rows, chunks = chunks_total, "export planned");
@@ -132,7 +132,12 @@ pub async fn chunk(
     };
     if added.finish_export {
         let ticket = leases::next_step(&mut tx, job_id).await?;
-        queue::push(&mut tx, &[(TaskMsg::ExportFinish { job_id }, ticket)]).await?;
+        queue::push(
+            &mut tx,
+            &[(TaskMsg::ExportFinish { job_id }, ticket)],
+            Priority::New,
+        )
+        .await?;
     }
     notify::job_changed(&mut tx, job_id, added.version).await?;
     if run.stop.is_cancelled() {

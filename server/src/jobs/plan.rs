@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::{
     Engine, TaskError, convert, pipe,
-    queue::{self, TaskMsg},
+    queue::{self, Priority, TaskMsg},
 };
 use sqlx::PgConnection;
 use tokio_util::sync::CancellationToken;
@@ -118,7 +118,7 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
         .into_iter()
         .map(|(chunk_no, ticket)| (TaskMsg::Chunk { job_id, chunk_no }, ticket))
         .collect();
-    queue::push(&mut tx, &tasks).await?;
+    queue::push(&mut tx, &tasks, Priority::New).await?;
     notify::job_changed(&mut tx, job_id, version).await?;
     tx.commit().await?;
     tracing::info!(%job_id, rows = plan.row_count, chunks = chunks_total, "job planned");

@@ -23,11 +23,22 @@ pub enum TaskMsg {
     ExportFinish { job_id: Uuid },
 }
 
+/// Which messages apalis hands out first (it fetches by priority, then by age).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    New = 0,
+    /// Queued by the reaper: a dead worker's chunk, a retry after its backoff, a lost message.
+    /// Work already under way goes before the backlog, so a crash costs about one lease,
+    /// whatever is queued behind it.
+    Rerun = 1,
+}
+
 /// Queues tasks inside the caller's transaction: they exist exactly when its changes commit.
 /// Each goes with its item's ticket (see [`crate::store::leases`]), its idempotency key.
 pub async fn push(
     conn: &mut PgConnection,
     tasks: &[(TaskMsg, Uuid)],
+    priority: Priority,
 ) -> Result<(), apalis_postgres::Error> {
     let tasks = tasks
         .iter()
@@ -36,6 +47,7 @@ pub async fn push(
             apalis::prelude::TaskBuilder::new(bytes)
                 .max_attempts(MAX_ATTEMPTS)
                 .idempotency_key(ticket.to_string())
+                .priority(priority as usize)
                 .build()
         })
         .collect();

@@ -11,7 +11,10 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::{TaskError, callbacks, queue};
+use super::{
+    TaskError, callbacks,
+    queue::{self, Priority},
+};
 use crate::store::{
     jobs,
     leases::{self, Item},
@@ -133,7 +136,7 @@ pub async fn round(pool: &PgPool, lease: Duration) -> Result<(), TaskError> {
             messages = unqueued.len(),
             "reaper queued items without a message"
         );
-        queue::push(&mut tx, &unqueued).await?;
+        queue::push(&mut tx, &unqueued, Priority::Rerun).await?;
     }
     tx.commit().await?;
     Ok(())
