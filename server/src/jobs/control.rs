@@ -40,18 +40,12 @@ enum Transition {
 
 async fn transition(pool: &PgPool, job_id: Uuid, transition: Transition) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;
-    let changed = match transition {
+    // Every job changed, with its new version (a cancelled batch takes its children along).
+    let this_job = |version: Option<i64>| version.map(|v| (job_id, v)).into_iter().collect();
+    let changed: Vec<(Uuid, i64)> = match transition {
         Transition::Cancel => jobs::cancel(&mut tx, job_id).await?,
-        Transition::Retry => jobs::retry(&mut tx, job_id)
-            .await?
-            .map(|v| (job_id, v))
-            .into_iter()
-            .collect(),
-        Transition::Seal => jobs::seal_batch(&mut tx, job_id)
-            .await?
-            .map(|v| (job_id, v))
-            .into_iter()
-            .collect(),
+        Transition::Retry => this_job(jobs::retry(&mut tx, job_id).await?),
+        Transition::Seal => this_job(jobs::seal_batch(&mut tx, job_id).await?),
     };
     if changed.is_empty() {
         tx.rollback().await?;

@@ -91,7 +91,7 @@ pub async fn prune(pool: &PgPool, retention: Retention) -> sqlx::Result<retentio
 }
 
 /// One round, in one transaction; does nothing if another process's round is under way.
-pub async fn round(pool: &PgPool, lease: Duration) -> Result<(), TaskError> {
+async fn round(pool: &PgPool, lease: Duration) -> Result<(), TaskError> {
     let mut tx = pool.begin().await?;
     let ours: bool = sqlx::query_scalar("select pg_try_advisory_xact_lock($1)")
         .bind(REAPER_LOCK)

@@ -213,10 +213,9 @@ impl Runner {
             .and_then(|result| result);
         heartbeat.abort();
         let recorded = match ended {
-            // Stopped: whatever it returned, the attempt does not count.
-            _ if stop.is_cancelled() => leases::release(pool, &lease).await,
-            Ok(()) => leases::release(pool, &lease).await,
-            Err(err) => self.record_failure(&lease, &task, &err).await,
+            // A stopped run's error was the stop: the attempt does not count.
+            Err(err) if !stop.is_cancelled() => self.record_failure(&lease, &task, &err).await,
+            _ => leases::release(pool, &lease).await,
         };
         if let Err(err) = recorded {
             // The lease runs out and the reaper frees the item.
