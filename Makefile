@@ -49,7 +49,7 @@ test: tools
 	$(call e2e,release,--release)
 
 # Import/export speed against raw COPY on this machine; ROWS=… (default 1,000,000) and
-# XLSX_ROWS=… (default 200,000) change the file sizes.
+# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill runs one part.
 bench: tools
 	cargo leptos build --release
 	trap '"$(PG)" stop "$(BENCH_PG_DIR)"' EXIT
@@ -57,7 +57,7 @@ bench: tools
 	"$(PG)" recreate "$(BENCH_PG_DIR)" conveyor_bench
 	python3 server/benches/import.py --server "$(CURDIR)/target/release/server" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench" \
-	  $(if $(ROWS),--rows $(ROWS)) $(if $(XLSX_ROWS),--xlsx-rows $(XLSX_ROWS))
+	  $(if $(ROWS),--rows $(ROWS)) $(if $(XLSX_ROWS),--xlsx-rows $(XLSX_ROWS)) $(if $(ONLY),--only $(ONLY))
 
 fmt:
 	cargo fmt --all

@@ -252,6 +252,65 @@ def report_import(label, ours, copy_rps):
         print(f"    whole import / COPY in each of the runs: {low:.2f} to {high:.2f}")
 
 
+def median_import(args, path, rows, dataset, copy_rps_of):
+    """`--repeat` COPY/import pairs, alternating, as this machine's speed drifts by ±10% from
+    run to run: the median COPY, and the median import with its spread of ratios to COPY."""
+    copies, imports = [], []
+    for i in range(args.repeat):
+        copies.append(copy_rps_of())
+        imports.append(imported(args, path, rows, dataset + (f"_{i}" if i else "")))
+    copy = sorted(copies)[len(copies) // 2]
+    ours = sorted(imports, key=lambda one: one["total_rps"])[len(imports) // 2]
+    ratios = [one["total_rps"] / c[0] for one, c in zip(imports, copies)]
+    ours["spread"] = (min(ratios), max(ratios))
+    return copy, ours
+
+
+def csv_part(args, run):
+    path = os.path.abspath(os.path.join(args.dir, f"bench-{args.rows}.csv"))
+    generate(path, args.rows)
+    size_mb = os.path.getsize(path) / 1e6
+    (copy_rps, copy_s), csv_import = median_import(
+        args, path, args.rows, f"bench_{run}", lambda: raw_copy(args.db_url, path, args.rows))
+    csv_export = exported(args, f"bench_{run}", args.rows, "csv", os.path.join(args.dir, "export.csv"))
+    print(f"CSV: {args.rows:,} rows x {len(COLUMNS)} columns, {size_mb:.0f} MB, {os.cpu_count()} cores; "
+          f"imports validate every cell against a typed schema; medians of {args.repeat} runs")
+    print(f"  raw COPY (psql \\copy, typed table + primary key)  {copy_rps:>10,.0f} rows/s  ({copy_s:.1f} s)")
+    report_import("CSV import", csv_import, copy_rps)
+    print(f"  CSV export, created -> file ready  {csv_export['rps']:>10,.0f} rows/s  "
+          f"({csv_export['s']:.1f} s, {csv_export['mb']:.0f} MB, peak RSS {csv_export['rss_mb']:,.0f} MB)")
+
+
+def xlsx_part(args, run):
+    # The XLSX file is our own export of a smaller dataset, so no spreadsheet tool is needed.
+    small = os.path.abspath(os.path.join(args.dir, f"bench-{args.xlsx_rows}.csv"))
+    generate(small, args.xlsx_rows)
+    imported(args, small, args.xlsx_rows, f"bench_{run}_x")
+    xlsx = os.path.join(args.dir, f"bench-{args.xlsx_rows}.xlsx")
+    xlsx_export = exported(args, f"bench_{run}_x", args.xlsx_rows, "xlsx", xlsx)
+    (copy_rps, _), xlsx_import = median_import(
+        args, xlsx, args.xlsx_rows, f"bench_{run}_xi",
+        lambda: raw_copy(args.db_url, small, args.xlsx_rows))
+    print(f"XLSX: {args.xlsx_rows:,} rows x {len(COLUMNS)} columns, {os.path.getsize(xlsx) / 1e6:.0f} MB; "
+          f"medians of {args.repeat} runs")
+    print(f"  raw COPY of the same rows as CSV  {copy_rps:>10,.0f} rows/s")
+    report_import("XLSX import", xlsx_import, copy_rps)
+    print(f"  XLSX export, created -> file ready {xlsx_export['rps']:>10,.0f} rows/s  "
+          f"({xlsx_export['s']:.1f} s, peak RSS {xlsx_export['rss_mb']:,.0f} MB)")
+
+
+def kill_part(args, run):
+    path = os.path.abspath(os.path.join(args.dir, f"bench-{args.rows}.csv"))
+    generate(path, args.rows)
+    rerun_s = kill_and_rerun(args, path, args.rows)
+    print("Crash recovery (default settings: 5 s leases, 1 s heartbeats)")
+    print(f"  kill -9 of a worker mid-chunk -> that chunk running again on another worker: "
+          f"{rerun_s:.1f} s (goal: < 15 s); the job then completed with exact counts")
+
+
+PARTS = {"csv": csv_part, "xlsx": xlsx_part, "kill": kill_part}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True, help="the release server binary")
@@ -260,51 +319,16 @@ def main():
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--xlsx-rows", type=int, default=200_000)
     parser.add_argument("--port", type=int, default=3400)
-    parser.add_argument("--repeat", type=int, default=3, help="CSV COPY/import pairs to run")
+    parser.add_argument("--repeat", type=int, default=3, help="COPY/import pairs to run")
+    parser.add_argument("--only", choices=sorted(PARTS), action="append",
+                        help="run only this part (repeatable); all by default")
     args = parser.parse_args()
 
     os.makedirs(args.dir, exist_ok=True)
     run = int(time.time())
-    path = os.path.abspath(os.path.join(args.dir, f"bench-{args.rows}.csv"))
-    generate(path, args.rows)
-    size_mb = os.path.getsize(path) / 1e6
-    # COPY and import alternate, `--repeat` times each; the medians are reported, as this
-    # machine's speed drifts by ±10% from run to run.
-    copies, imports = [], []
-    for i in range(args.repeat):
-        copies.append(raw_copy(args.db_url, path, args.rows))
-        imports.append(imported(args, path, args.rows, f"bench_{run}" + (f"_{i}" if i else "")))
-    copy_rps, copy_s = sorted(copies)[len(copies) // 2]
-    csv_import = sorted(imports, key=lambda ours: ours["total_rps"])[len(imports) // 2]
-    csv_import["spread"] = (min(i["total_rps"] / c[0] for i, c in zip(imports, copies)),
-                            max(i["total_rps"] / c[0] for i, c in zip(imports, copies)))
-    csv_export = exported(args, f"bench_{run}", args.rows, "csv", os.path.join(args.dir, "export.csv"))
-
-    # The XLSX file is our own export of a smaller dataset, so no spreadsheet tool is needed.
-    small = os.path.abspath(os.path.join(args.dir, f"bench-{args.xlsx_rows}.csv"))
-    generate(small, args.xlsx_rows)
-    small_copy_rps, _ = raw_copy(args.db_url, small, args.xlsx_rows)
-    imported(args, small, args.xlsx_rows, f"bench_{run}_x")
-    xlsx = os.path.join(args.dir, f"bench-{args.xlsx_rows}.xlsx")
-    xlsx_export = exported(args, f"bench_{run}_x", args.xlsx_rows, "xlsx", xlsx)
-    xlsx_import = imported(args, xlsx, args.xlsx_rows, f"bench_{run}_xi")
-    rerun_s = kill_and_rerun(args, path, args.rows)
-
-    print()
-    print(f"CSV: {args.rows:,} rows x {len(COLUMNS)} columns, {size_mb:.0f} MB, {os.cpu_count()} cores; "
-          f"imports validate every cell against a typed schema; medians of {args.repeat} runs")
-    print(f"  raw COPY (psql \\copy, typed table + primary key)  {copy_rps:>10,.0f} rows/s  ({copy_s:.1f} s)")
-    report_import("CSV import", csv_import, copy_rps)
-    print(f"  CSV export, created -> file ready  {csv_export['rps']:>10,.0f} rows/s  "
-          f"({csv_export['s']:.1f} s, {csv_export['mb']:.0f} MB, peak RSS {csv_export['rss_mb']:,.0f} MB)")
-    print(f"XLSX: {args.xlsx_rows:,} rows x {len(COLUMNS)} columns, {os.path.getsize(xlsx) / 1e6:.0f} MB")
-    print(f"  raw COPY of the same rows as CSV  {small_copy_rps:>10,.0f} rows/s")
-    report_import("XLSX import", xlsx_import, small_copy_rps)
-    print(f"  XLSX export, created -> file ready {xlsx_export['rps']:>10,.0f} rows/s  "
-          f"({xlsx_export['s']:.1f} s, peak RSS {xlsx_export['rss_mb']:,.0f} MB)")
-    print("Crash recovery (default settings: 5 s leases, 1 s heartbeats)")
-    print(f"  kill -9 of a worker mid-chunk -> that chunk running again on another worker: "
-          f"{rerun_s:.1f} s (goal: < 15 s); the job then completed with exact counts")
+    for name, part in PARTS.items():
+        if not args.only or name in args.only:
+            part(args, run)
 
 
 if __name__ == "__main__":

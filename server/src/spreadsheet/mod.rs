@@ -4,13 +4,16 @@
 //! touches the database: it works on `Read`ers, `Write`rs and byte slices, so it is tested on
 //! its own.
 
+mod cell_text;
 pub mod csv;
 pub mod output;
 pub mod record;
 pub mod report;
 pub mod schema;
 mod sniff;
+mod unzip;
 pub mod workbook;
+mod xlsx;
 
 pub use sniff::{delimiter, sniff};
 

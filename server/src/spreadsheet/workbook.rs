@@ -5,32 +5,30 @@
 //!
 //! Workbooks are zip (XLSX, ODS) or OLE (XLS) containers that must be read with random access,
 //! so the file is held in memory ([`MAX_WORKBOOK_BYTES`]). XLSX sheets are streamed cell by
-//! cell; XLS and ODS sheets are read whole by calamine. Before calamine sees a zip, every entry
-//! is decompressed once through a counting sink with a byte budget, so a zip bomb fails the job
-//! instead of exhausting memory. What calamine allocates for an XLS or ODS sheet that *declares*
-//! huge dimensions is not bounded here: workers run this in a memory-limited child process
-//! (`jobs::convert`).
+//! cell by our own reader ([`super::xlsx`]); XLS and ODS sheets are read whole by calamine.
+//! Every zip entry is unpacked through a byte budget ([`super::unzip`]), so a zip bomb fails
+//! the job instead of exhausting memory. What calamine allocates for an XLS or ODS sheet that
+//! *declares* huge dimensions is not bounded here: workers run this in a memory-limited child
+//! process (`jobs::convert`).
 
 use std::{
-    borrow::Cow,
     io::{self, Cursor, Read, Write},
+    ops::ControlFlow,
 };
 
 use calamine::{
     Data, DataType, Ods, Range, Reader, Xls, XlsError, Xlsx, XlsxError, open_workbook_from_rs,
 };
 
-use super::{FileError, MAX_COLUMNS, csv::ScanError};
+use super::{
+    FileError, MAX_COLUMNS, cell_text,
+    csv::ScanError,
+    unzip,
+    xlsx::{self, ReadError},
+};
 
 /// The largest workbook file we open (it is held in memory while the sheet is converted).
 pub const MAX_WORKBOOK_BYTES: u64 = 256 << 20;
-
-/// The most bytes of XML a workbook may unpack to in all.
-const MAX_UNPACKED_BYTES: u64 = 1 << 30;
-
-/// The most bytes any one zip entry may unpack to. Whatever its name says, an entry may be one
-/// that calamine reads whole into memory (shared strings, styles, ODS content).
-const MAX_PART_BYTES: u64 = 512 << 20;
 
 /// The largest CSV a sheet may become.
 const MAX_SHEET_CSV_BYTES: u64 = 2 << 30;
@@ -75,7 +73,8 @@ pub fn to_csv(
     let mut out = SheetWriter::new(LimitedWriter::new(out, MAX_SHEET_CSV_BYTES));
     let chosen = match kind {
         Kind::Zip if is_ods(&bytes) => {
-            check_unpacked_size(&bytes)?;
+            let mut zip = zip::ZipArchive::new(Cursor::new(&bytes[..])).map_err(unreadable)?;
+            unzip::check_all(&mut zip).map_err(ReadError::from)?;
             let mut book: Ods<_> = open_workbook_from_rs(Cursor::new(bytes)).map_err(unreadable)?;
             let name = choose_range_sheet(&mut book, sheet)?;
             let range = book.worksheet_range(&name).map_err(unreadable)?;
@@ -83,14 +82,12 @@ pub fn to_csv(
             name
         }
         Kind::Zip => {
-            check_unpacked_size(&bytes)?;
-            let mut book: Xlsx<_> = Xlsx::new(Cursor::new(bytes)).map_err(xlsx_error)?;
+            let mut book = xlsx::Workbook::open(bytes)?;
             let name = choose_xlsx_sheet(&mut book, sheet)?;
-            let mut cells = book.worksheet_cells_reader(&name).map_err(xlsx_error)?;
-            while let Some(cell) = cells.next_cell().map_err(xlsx_error)? {
-                let (row, col) = cell.get_position();
-                out.cell(row, col, text_of(cell.get_value()))?;
-            }
+            book.cells(&name, |cell| {
+                out.cell(cell.row, cell.col, cell.text)?;
+                Ok(ControlFlow::Continue(()))
+            })?;
             name
         }
         Kind::Ole => {
@@ -122,41 +119,19 @@ fn is_ods(bytes: &[u8]) -> bool {
     bytes.get(30..38) == Some(b"mimetype") && bytes[38..].starts_with(MIME)
 }
 
-/// Unpacks every entry once, counting, so that no later read can unpack more than the limits.
-fn check_unpacked_size(bytes: &[u8]) -> Result<(), ScanError> {
-    let mut zip = zip::ZipArchive::new(Cursor::new(bytes)).map_err(unreadable)?;
-    let mut budget = MAX_UNPACKED_BYTES;
-    for i in 0..zip.len() {
-        let entry = zip.by_index(i).map_err(unreadable)?;
-        let limit = budget.min(MAX_PART_BYTES);
-        let unpacked = io::copy(&mut entry.take(limit + 1), &mut io::sink()).map_err(unreadable)?;
-        if unpacked > limit {
-            return Err(FileError::NotCsv(
-                "The workbook unpacks to far more data than a spreadsheet holds (a zip bomb?), \
-                 so it was not opened."
-                    .into(),
-            )
-            .into());
-        }
-        budget -= unpacked;
-    }
-    Ok(())
-}
-
-fn choose_xlsx_sheet(
-    book: &mut Xlsx<Cursor<Vec<u8>>>,
-    wanted: Option<&str>,
-) -> Result<String, ScanError> {
+fn choose_xlsx_sheet(book: &mut xlsx::Workbook, wanted: Option<&str>) -> Result<String, ScanError> {
     let names = book.sheet_names();
     if let Some(wanted) = wanted {
         return named(&names, wanted);
     }
-    for name in &names {
-        let mut cells = book.worksheet_cells_reader(name).map_err(xlsx_error)?;
-        while let Some(cell) = cells.next_cell().map_err(xlsx_error)? {
-            if !text_of(cell.get_value()).is_empty() {
-                return Ok(name.clone());
-            }
+    for name in names {
+        let mut found = false;
+        book.cells(&name, |_| {
+            found = true;
+            Ok(ControlFlow::Break(()))
+        })?;
+        if found {
+            return Ok(name);
         }
     }
     Err(FileError::Empty.into())
@@ -176,10 +151,11 @@ where
     }
     for name in names {
         let range = book.worksheet_range(&name).map_err(unreadable)?;
-        if range
-            .used_cells()
-            .any(|(_, _, value)| !text_of(value).is_empty())
-        {
+        if range.used_cells().any(|(_, _, value)| {
+            let mut text = String::new();
+            write_text(value, &mut text);
+            !text.is_empty()
+        }) {
             return Ok(name);
         }
     }
@@ -209,55 +185,35 @@ fn named(names: &[String], wanted: &str) -> Result<String, ScanError> {
 
 fn write_range<W: Write>(range: &Range<Data>, out: &mut SheetWriter<W>) -> Result<(), ScanError> {
     let (row0, col0) = range.start().unwrap_or_default();
+    let mut text = String::new();
     for (row, col, value) in range.used_cells() {
-        out.cell(row0 + row as u32, col0 + col as u32, text_of(value))?;
+        text.clear();
+        write_text(value, &mut text);
+        out.cell(row0 + row as u32, col0 + col as u32, &text)?;
     }
     Ok(())
 }
 
-/// A cell as the text the CSV import reads: dates as ISO dates (a time only when there is one),
-/// whole numbers without a decimal point, formulas as their cached values, errors as shown
-/// (`#DIV/0!`), empty as empty.
-fn text_of<T: DataType>(value: &T) -> Cow<'_, str> {
+/// A cell calamine read as the text the CSV import reads ([`cell_text`]): formulas as their
+/// cached values, errors as shown (`#DIV/0!`), empty as empty.
+fn write_text<T: DataType>(value: &T, out: &mut String) {
     if let Some(text) = value.get_string() {
-        return Cow::Borrowed(text);
-    }
-    if let Some(int) = value.get_int() {
-        return Cow::Owned(int.to_string());
-    }
-    if let Some(float) = value.get_float() {
-        return Cow::Owned(float_text(float));
-    }
-    if let Some(bool) = value.get_bool() {
-        return Cow::Borrowed(if bool { "true" } else { "false" });
-    }
-    if let Some(when) = value.get_datetime() {
-        return Cow::Owned(match when.as_datetime() {
-            Some(at) if !when.is_duration() && at.time() == chrono::NaiveTime::MIN => {
-                at.format("%Y-%m-%d").to_string()
-            }
-            Some(at) if !when.is_duration() => at.format("%Y-%m-%d %H:%M:%S").to_string(),
-            _ => float_text(when.as_f64()),
-        });
-    }
-    if let Some(iso) = value
+        out.push_str(text);
+    } else if let Some(int) = value.get_int() {
+        out.push_str(&int.to_string());
+    } else if let Some(float) = value.get_float() {
+        cell_text::number(float, out);
+    } else if let Some(bool) = value.get_bool() {
+        out.push_str(if bool { "true" } else { "false" });
+    } else if let Some(when) = value.get_datetime() {
+        cell_text::date_time(when, out);
+    } else if let Some(iso) = value
         .get_datetime_iso()
         .or_else(|| value.get_duration_iso())
     {
-        return Cow::Borrowed(iso);
-    }
-    if let Some(error) = value.get_error() {
-        return Cow::Owned(error.to_string());
-    }
-    Cow::Borrowed("")
-}
-
-/// Spreadsheets store every number as a float: 42 is written back as `42`, not `42.0`.
-fn float_text(float: f64) -> String {
-    if float.fract() == 0.0 && float.abs() < 1e15 {
-        (float as i64).to_string()
-    } else {
-        float.to_string()
+        out.push_str(iso);
+    } else if let Some(error) = value.get_error() {
+        out.push_str(&error.to_string());
     }
 }
 
@@ -270,7 +226,8 @@ struct SheetWriter<W: Write> {
     header: Option<Header>,
     /// The sheet row being gathered (0-based).
     row: u32,
-    /// Its values: by column once the header is known, else the header's values…
+    /// Its values: by column once the header is known (the buffers are reused row after
+    /// row), else the header's values…
     fields: Vec<String>,
     /// …and, for the header, their columns.
     header_cols: Vec<u32>,
@@ -297,8 +254,16 @@ impl<W: Write> SheetWriter<W> {
         }
     }
 
-    fn cell(&mut self, row: u32, col: u32, text: Cow<'_, str>) -> Result<(), ScanError> {
+    fn cell(&mut self, row: u32, col: u32, text: &str) -> Result<(), ScanError> {
         if row != self.row {
+            if row < self.row {
+                return Err(FileError::NotCsv(
+                    "The sheet's rows are out of order. Open it in a spreadsheet program, save \
+                     it again and upload that."
+                        .into(),
+                )
+                .into());
+            }
             self.end_row()?;
             self.skip_to(row)?;
         }
@@ -314,11 +279,14 @@ impl<W: Write> SheetWriter<W> {
             }
             None => {
                 self.header_cols.push(col);
-                self.fields.push(text.into_owned());
+                self.fields.push(text.to_owned());
             }
             Some(header) => match col.checked_sub(header.first_col).map(|i| i as usize) {
-                Some(i) if i < header.width => self.fields[i] = text.into_owned(),
-                _ => self.extra.push(text.into_owned()),
+                Some(i) if i < header.width => {
+                    self.fields[i].clear();
+                    self.fields[i].push_str(text);
+                }
+                _ => self.extra.push(text.to_owned()),
             },
         }
         Ok(())
@@ -331,7 +299,8 @@ impl<W: Write> SheetWriter<W> {
             for _ in self.row + 1..row {
                 self.csv.write_record(&empty).map_err(write_error)?;
             }
-            self.fields = vec![String::new(); header.width];
+            self.fields.truncate(header.width);
+            self.fields.iter_mut().for_each(String::clear);
         }
         self.row = row;
         Ok(())
@@ -339,9 +308,14 @@ impl<W: Write> SheetWriter<W> {
 
     fn end_row(&mut self) -> Result<(), ScanError> {
         match self.header {
-            Some(_) => {
-                self.fields.append(&mut self.extra);
+            Some(_) if self.extra.is_empty() => {
                 self.csv.write_record(&self.fields).map_err(write_error)?;
+            }
+            Some(_) => {
+                self.csv
+                    .write_record(self.fields.iter().chain(&self.extra))
+                    .map_err(write_error)?;
+                self.extra.clear();
             }
             None if !self.fields.is_empty() => self.write_header()?,
             None => {}
@@ -362,6 +336,7 @@ impl<W: Write> SheetWriter<W> {
             names[(col - first_col) as usize] = name;
         }
         self.csv.write_record(&names).map_err(write_error)?;
+        self.fields = names;
         self.header = Some(Header {
             row: self.row,
             first_col,
@@ -436,19 +411,9 @@ fn password_protected() -> ScanError {
     .into()
 }
 
-fn xlsx_error(err: XlsxError) -> ScanError {
-    match err {
-        XlsxError::Password => password_protected(),
-        other => unreadable(other),
-    }
-}
-
 /// A workbook calamine cannot read: damaged, truncated, or not a spreadsheet at all.
 fn unreadable(err: impl std::fmt::Display) -> ScanError {
-    FileError::NotCsv(format!(
-        "The workbook could not be read; it may be damaged or incomplete ({err})."
-    ))
-    .into()
+    ReadError::Damaged(err.to_string()).into()
 }
 
 #[cfg(test)]
@@ -570,5 +535,106 @@ mod tests {
         sheet.write_string(1, 0, "x").unwrap();
         let err = message(convert(&book.save_to_buffer().unwrap(), None).unwrap_err());
         assert_eq!(err, FileError::TooWide { columns: 5001 }.to_string());
+    }
+
+    /// Every kind of cell, in a shared-strings workbook and in a constant-memory one (inline
+    /// strings): our XLSX reader and calamine's must agree cell for cell.
+    #[test]
+    fn our_xlsx_reader_agrees_with_calamine() {
+        fn sheet(book: &mut Workbook, constant_memory: bool) {
+            let sheet = if constant_memory {
+                book.add_worksheet_with_constant_memory().unwrap()
+            } else {
+                book.add_worksheet()
+            };
+            let date = Format::new().set_num_format("dd/mm/yyyy");
+            let when = Format::new().set_num_format("yyyy-mm-dd hh:mm:ss");
+            let clock = Format::new().set_num_format("h:mm AM/PM");
+            let elapsed = Format::new().set_num_format("[h]:mm");
+            let money = Format::new().set_num_format("#,##0.00 \"€\"");
+            let bold = Format::new().set_bold();
+            let texts = [
+                "Tom & Jerry <3",
+                "  padded  ",
+                "line\nbreak\r\n",
+                "é ü 日本 😀",
+                "=1+1",
+                "_x000D_",
+            ];
+            let numbers = [
+                0.0,
+                -0.0,
+                42.0,
+                -17.0,
+                0.1 + 0.2,
+                1e15,
+                123456789012345678.0,
+                1e-7,
+                -2.5,
+            ];
+            let at = ExcelDateTime::from_ymd(2024, 2, 29)
+                .unwrap()
+                .and_hms(23, 59, 59)
+                .unwrap();
+            // Row by row: a constant-memory sheet writes each row out when the next begins.
+            for row in 0..numbers.len() as u32 {
+                if let Some(text) = texts.get(row as usize) {
+                    sheet.write_string(row, 0, *text).unwrap();
+                }
+                sheet.write_number(row, 1, numbers[row as usize]).unwrap();
+                match row {
+                    0 => sheet.write_datetime_with_format(row, 2, &at, &date),
+                    1 => sheet.write_datetime_with_format(row, 2, &at, &when),
+                    2 => sheet.write_datetime_with_format(row, 2, &at, &clock),
+                    3 => sheet.write_number_with_format(row, 2, 1.75, &elapsed),
+                    4 => sheet.write_number_with_format(row, 2, 1234.5, &money),
+                    _ => sheet.write_number_with_format(row, 2, 59.0, &date),
+                }
+                .unwrap();
+                match row {
+                    0 => sheet.write_boolean(row, 3, true),
+                    1 => sheet.write_boolean(row, 3, false),
+                    2 => sheet.write_formula(row, 3, Formula::new("=1/0").set_result("#DIV/0!")),
+                    3 => sheet.write_formula(row, 3, Formula::new("=\"a\"&\"b\"").set_result("ab")),
+                    4 => sheet.write_formula(row, 3, Formula::new("=2*3").set_result("6")),
+                    5 => sheet.write_formula(row, 3, Formula::new("=TRUE()").set_result("TRUE")),
+                    _ => sheet.write_rich_string(
+                        row,
+                        3,
+                        &[(&bold, "rich "), (&Format::new(), "text")],
+                    ),
+                }
+                .unwrap();
+            }
+            sheet.write_string(9999, 7, "far down").unwrap();
+        }
+        for constant_memory in [false, true] {
+            let mut book = Workbook::new();
+            sheet(&mut book, constant_memory);
+            let bytes = book.save_to_buffer().unwrap();
+
+            let mut ours = Vec::new();
+            let mut reader = xlsx::Workbook::open(bytes.clone()).unwrap();
+            reader
+                .cells("Sheet1", |cell| {
+                    ours.push((cell.row, cell.col, cell.text.to_owned()));
+                    Ok(ControlFlow::Continue(()))
+                })
+                .unwrap();
+
+            let mut theirs = Vec::new();
+            let mut book: Xlsx<_> = Xlsx::new(Cursor::new(bytes)).unwrap();
+            let mut cells = book.worksheet_cells_reader("Sheet1").unwrap();
+            while let Some(cell) = cells.next_cell().unwrap() {
+                let mut text = String::new();
+                write_text(cell.get_value(), &mut text);
+                if !text.is_empty() {
+                    let (row, col) = cell.get_position();
+                    theirs.push((row, col, text));
+                }
+            }
+            assert!(ours.len() > 25, "{ours:?}");
+            assert_eq!(ours, theirs, "constant memory: {constant_memory}");
+        }
     }
 }

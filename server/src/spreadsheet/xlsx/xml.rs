@@ -1,0 +1,424 @@
+//! A small streaming XML tokenizer, just enough for the parts of an XLSX file. A sheet is tens
+//! of megabytes of XML made of a few tag names, and a general XML reader spent most of an
+//! import's time there; this one hands out borrowed slices of one refilled buffer and leaves
+//! decoding (entities, UTF-8) to the few values that need it.
+//!
+//! It reads well-formed XML as spreadsheet programs write it: tags with quoted attributes,
+//! text, CDATA, comments and processing instructions. A DOCTYPE is refused (XLSX never has
+//! one, and entity declarations are how XML bombs work); namespace prefixes are dropped, so
+//! `<x:c>` is `c`.
+
+use std::io::{self, Read};
+
+use memchr::{memchr, memmem};
+
+/// How much the buffer reads at a time.
+const READ_BYTES: usize = 64 << 10;
+
+/// Why a part could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum XmlError {
+    #[error("{0}")]
+    Malformed(&'static str),
+    #[error("a single XML token is larger than {} MB", .0 >> 20)]
+    TooLarge(usize),
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// One step through the document. Slices borrow the reader's buffer until the next step.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// An opening tag; `empty` for `<tag/>`, which has no end event.
+    Start(Tag<'a>),
+    /// A closing tag's local name.
+    End(&'a [u8]),
+    /// Text between tags, still escaped (`&amp;`); never empty.
+    Text(&'a [u8]),
+    /// The content of a CDATA section, taken literally.
+    CData(&'a [u8]),
+    Eof,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Tag<'a> {
+    /// The name without its namespace prefix.
+    pub name: &'a [u8],
+    /// Everything between the name and `>` (or `/>`).
+    attrs: &'a [u8],
+    pub empty: bool,
+}
+
+impl<'a> Tag<'a> {
+    /// The raw (still escaped) value of the attribute with this local name.
+    pub fn attr(&self, wanted: &[u8]) -> Option<&'a [u8]> {
+        let mut rest = self.attrs;
+        loop {
+            let start = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+            rest = &rest[start..];
+            let eq = memchr(b'=', rest)?;
+            let name = local(rest[..eq].trim_ascii_end());
+            let after = rest[eq + 1..].trim_ascii_start();
+            let quote = *after.first()?;
+            if quote != b'"' && quote != b'\'' {
+                return None;
+            }
+            let len = memchr(quote, &after[1..])?;
+            if name == wanted {
+                return Some(&after[1..1 + len]);
+            }
+            rest = &after[len + 2..];
+        }
+    }
+
+    /// An attribute's value, unescaped.
+    pub fn attr_text(&self, wanted: &[u8]) -> Result<Option<String>, XmlError> {
+        self.attr(wanted)
+            .map(|raw| {
+                let mut out = String::new();
+                unescape(raw, &mut out)?;
+                Ok(out)
+            })
+            .transpose()
+    }
+}
+
+/// The part of a qualified name after its prefix.
+fn local(name: &[u8]) -> &[u8] {
+    match memchr(b':', name) {
+        Some(colon) => &name[colon + 1..],
+        None => name,
+    }
+}
+
+pub struct XmlReader<R> {
+    src: R,
+    /// Unread bytes are `buf[pos..end]`.
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    eof: bool,
+    /// The largest token (a tag, a run of text) the buffer may grow to hold.
+    max_token: usize,
+}
+
+impl<R: Read> XmlReader<R> {
+    pub fn new(src: R, max_token: usize) -> Self {
+        Self {
+            src,
+            buf: vec![0; READ_BYTES],
+            pos: 0,
+            end: 0,
+            eof: false,
+            max_token,
+        }
+    }
+
+    pub fn next(&mut self) -> Result<Event<'_>, XmlError> {
+        loop {
+            if self.pos == self.end && !self.fill()? {
+                return Ok(Event::Eof);
+            }
+            if self.buf[self.pos] != b'<' {
+                let len = match self.find_byte(0, b'<')? {
+                    Some(len) => len,
+                    None => self.end - self.pos,
+                };
+                let start = self.pos;
+                self.pos += len;
+                return Ok(Event::Text(&self.buf[start..start + len]));
+            }
+            self.need(2)?;
+            match self.buf[self.pos + 1] {
+                b'/' => {
+                    let len = self.find_byte(2, b'>')?.ok_or(UNCLOSED)?;
+                    let start = self.pos;
+                    self.pos += len + 1;
+                    let name = self.buf[start + 2..start + len].trim_ascii();
+                    return Ok(Event::End(local(name)));
+                }
+                b'?' => {
+                    let len = self.find(2, b"?>")?.ok_or(UNCLOSED)?;
+                    self.pos += len + 2;
+                }
+                b'!' => {
+                    self.need(4)?;
+                    if self.buf[self.pos..].starts_with(b"<!--") {
+                        let len = self.find(4, b"-->")?.ok_or(UNCLOSED)?;
+                        self.pos += len + 3;
+                        continue;
+                    }
+                    self.need(9)?;
+                    if &self.buf[self.pos..self.pos + 9] == b"<![CDATA[" {
+                        let len = self.find(9, b"]]>")?.ok_or(UNCLOSED)?;
+                        let start = self.pos;
+                        self.pos += len + 3;
+                        return Ok(Event::CData(&self.buf[start + 9..start + len]));
+                    } else {
+                        return Err(XmlError::Malformed("a DOCTYPE or other declaration"));
+                    }
+                }
+                _ => {
+                    let len = self.tag_len()?;
+                    let start = self.pos;
+                    self.pos += len + 1;
+                    let inner = &self.buf[start + 1..start + len];
+                    let (inner, empty) = match inner.strip_suffix(b"/") {
+                        Some(inner) => (inner, true),
+                        None => (inner, false),
+                    };
+                    let name_len = inner
+                        .iter()
+                        .position(|b| b.is_ascii_whitespace())
+                        .unwrap_or(inner.len());
+                    return Ok(Event::Start(Tag {
+                        name: local(&inner[..name_len]),
+                        attrs: &inner[name_len..],
+                        empty,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Skips to the end of the element whose start tag was just read (not an empty one).
+    pub fn skip_element(&mut self) -> Result<(), XmlError> {
+        let mut depth = 1usize;
+        loop {
+            match self.next()? {
+                Event::Start(tag) if !tag.empty => depth += 1,
+                Event::End(_) => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Ok(());
+                    }
+                }
+                Event::Eof => return Err(UNCLOSED),
+                _ => {}
+            }
+        }
+    }
+
+    /// Appends the unescaped text up to the end of the current element (which holds only
+    /// text) to `out`.
+    pub fn read_text(&mut self, out: &mut String) -> Result<(), XmlError> {
+        loop {
+            match self.next()? {
+                Event::Text(raw) => unescape(raw, out)?,
+                Event::CData(raw) => out.push_str(utf8(raw)?),
+                Event::End(_) => return Ok(()),
+                Event::Start(tag) if tag.empty => {}
+                Event::Start(_) => self.skip_element()?,
+                Event::Eof => return Err(UNCLOSED),
+            }
+        }
+    }
+
+    /// The length of the start tag at `pos` up to its `>`, which is not inside quotes.
+    fn tag_len(&mut self) -> Result<usize, XmlError> {
+        let mut at = 1;
+        let mut quote = None;
+        loop {
+            if self.pos + at == self.end && !self.fill()? {
+                return Err(UNCLOSED);
+            }
+            for (i, &b) in self.buf[self.pos + at..self.end].iter().enumerate() {
+                match quote {
+                    Some(q) if b == q => quote = None,
+                    Some(_) => {}
+                    None if b == b'"' || b == b'\'' => quote = Some(b),
+                    None if b == b'>' => return Ok(at + i),
+                    None => {}
+                }
+            }
+            at = self.end - self.pos;
+        }
+    }
+
+    /// Where `byte` is, counted from `pos`, searching from `pos + from`.
+    fn find_byte(&mut self, from: usize, byte: u8) -> Result<Option<usize>, XmlError> {
+        let mut at = from;
+        loop {
+            if let Some(i) = memchr(
+                byte,
+                &self.buf[self.pos + at.min(self.end - self.pos)..self.end],
+            ) {
+                return Ok(Some(at + i));
+            }
+            at = at.max(self.end - self.pos);
+            if !self.fill()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Where `needle` starts, counted from `pos`, searching from `pos + from`.
+    fn find(&mut self, from: usize, needle: &[u8]) -> Result<Option<usize>, XmlError> {
+        let mut at = from;
+        loop {
+            let start = self.pos + at.min(self.end - self.pos);
+            if let Some(i) = memmem::find(&self.buf[start..self.end], needle) {
+                return Ok(Some(start - self.pos + i));
+            }
+            at = at.max((self.end - self.pos).saturating_sub(needle.len() - 1));
+            if !self.fill()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Makes at least `n` bytes from `pos` available, or fails: the document ended mid-token.
+    fn need(&mut self, n: usize) -> Result<(), XmlError> {
+        while self.end - self.pos < n {
+            if !self.fill()? {
+                return Err(UNCLOSED);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads more bytes after the unread ones; false at the end of the input.
+    fn fill(&mut self) -> Result<bool, XmlError> {
+        if self.eof {
+            return Ok(false);
+        }
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.end -= self.pos;
+            self.pos = 0;
+        }
+        if self.buf.len() - self.end < READ_BYTES / 2 {
+            if self.buf.len() >= self.max_token {
+                return Err(XmlError::TooLarge(self.max_token));
+            }
+            let grown = (self.buf.len() * 2).min(self.max_token);
+            self.buf.resize(grown, 0);
+        }
+        let n = loop {
+            match self.src.read(&mut self.buf[self.end..]) {
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other?,
+            }
+        };
+        self.end += n;
+        self.eof = n == 0;
+        Ok(n > 0)
+    }
+}
+
+const UNCLOSED: XmlError = XmlError::Malformed("the XML ends in the middle of an element");
+
+fn utf8(raw: &[u8]) -> Result<&str, XmlError> {
+    std::str::from_utf8(raw).map_err(|_| XmlError::Malformed("text that is not UTF-8"))
+}
+
+/// Appends `raw` to `out` with its entity and character references replaced.
+pub fn unescape(raw: &[u8], out: &mut String) -> Result<(), XmlError> {
+    let mut rest = raw;
+    while let Some(amp) = memchr(b'&', rest) {
+        out.push_str(utf8(&rest[..amp])?);
+        let semi = memchr(b';', &rest[amp..]).ok_or(BAD_REFERENCE)?;
+        let name = &rest[amp + 1..amp + semi];
+        match name {
+            b"lt" => out.push('<'),
+            b"gt" => out.push('>'),
+            b"amp" => out.push('&'),
+            b"quot" => out.push('"'),
+            b"apos" => out.push('\''),
+            _ => {
+                let code = match name {
+                    [b'#', b'x' | b'X', hex @ ..] => u32::from_str_radix(utf8(hex)?, 16),
+                    [b'#', dec @ ..] => utf8(dec)?.parse(),
+                    _ => return Err(BAD_REFERENCE),
+                };
+                out.push(code.ok().and_then(char::from_u32).ok_or(BAD_REFERENCE)?);
+            }
+        }
+        rest = &rest[amp + semi + 1..];
+    }
+    out.push_str(utf8(rest)?);
+    Ok(())
+}
+
+const BAD_REFERENCE: XmlError = XmlError::Malformed("an unknown or broken &reference;");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every event, owned, reading through a buffer of `max_token` bytes.
+    fn events(xml: &str, max_token: usize) -> Result<Vec<String>, XmlError> {
+        let mut reader = XmlReader::new(xml.as_bytes(), max_token);
+        let mut out = Vec::new();
+        loop {
+            let event = match reader.next()? {
+                Event::Start(tag) => format!(
+                    "<{}{}{}>",
+                    String::from_utf8_lossy(tag.name),
+                    tag.attr(b"r")
+                        .map(|r| format!(" r={}", String::from_utf8_lossy(r)))
+                        .unwrap_or_default(),
+                    if tag.empty { "/" } else { "" }
+                ),
+                Event::End(name) => format!("</{}>", String::from_utf8_lossy(name)),
+                Event::Text(raw) => {
+                    let mut text = String::new();
+                    unescape(raw, &mut text)?;
+                    format!("text {text}")
+                }
+                Event::CData(raw) => format!("cdata {}", String::from_utf8_lossy(raw)),
+                Event::Eof => return Ok(out),
+            };
+            out.push(event);
+        }
+    }
+
+    #[test]
+    fn tags_text_cdata_and_references_come_out_in_order() {
+        let xml = "<?xml version=\"1.0\"?>\n<!-- a > comment --><x:row r='2' \
+                   note=\"a > b\"><c r=\"B2\" t=\"s\"/><t>Tom &amp; Jerry &#233;&#x1F600;</t>\
+                   <t><![CDATA[<raw> & ]]></t></x:row>";
+        let expected = [
+            "text \n",
+            "<row r=2>",
+            "<c r=B2/>",
+            "<t>",
+            "text Tom & Jerry é😀",
+            "</t>",
+            "<t>",
+            "cdata <raw> & ",
+            "</t>",
+            "</row>",
+        ];
+        // A buffer far smaller than a token grows; the events are the same.
+        assert_eq!(events(xml, 1 << 20).unwrap(), expected);
+        let mut small = XmlReader::new(xml.as_bytes(), 1 << 20);
+        small.buf.truncate(3);
+        let mut count = 0;
+        while small.next().unwrap() != Event::Eof {
+            count += 1;
+        }
+        assert_eq!(count, expected.len());
+    }
+
+    #[test]
+    fn broken_documents_are_errors_not_panics() {
+        for xml in [
+            "<row",
+            "<row r=\"1>",
+            "<!DOCTYPE x [<!ENTITY a \"b\">]><x/>",
+            "<t>&bogus;</t>",
+            "<t>&#xD800;</t>",
+            "<t>&amp</t>",
+            "<!-- open",
+            "<",
+        ] {
+            assert!(events(xml, 1 << 20).is_err(), "{xml}");
+        }
+        let long = format!("<t>{}</t>", "x".repeat(200_000));
+        assert!(matches!(
+            events(&long, 128 << 10),
+            Err(XmlError::TooLarge(_))
+        ));
+    }
+}
