@@ -20,7 +20,6 @@ use std::{
 };
 
 use calamine::{ExcelDateTime, ExcelDateTimeType};
-use memchr::memmem;
 use zip::ZipArchive;
 
 use self::{
@@ -159,10 +158,18 @@ impl Workbook {
         let (mut value, mut inline, mut scratch, mut text) =
             (String::new(), String::new(), String::new(), String::new());
         loop {
-            match xml.next().map_err(ReadError::from)? {
-                Event::Start(tag) if tag.name == b"sheetData" => in_data = !tag.empty,
-                Event::End(b"sheetData") => in_data = false,
-                Event::Start(tag) if in_data && tag.name == b"row" => {
+            let tag = match xml.next().map_err(ReadError::from)? {
+                Event::Start(tag) => tag,
+                Event::End(b"sheetData") => {
+                    in_data = false;
+                    continue;
+                }
+                Event::Eof => return Ok(()),
+                _ => continue,
+            };
+            match tag.name {
+                b"sheetData" => in_data = !tag.empty,
+                b"row" if in_data => {
                     row = match tag.attr(b"r") {
                         Some(r) => number(r)?
                             .checked_sub(1)
@@ -172,8 +179,17 @@ impl Workbook {
                     next_row = row.saturating_add(1);
                     next_col = 0;
                 }
-                Event::Start(tag) if in_data && tag.name == b"c" => {
-                    let col = match tag.attr(b"r") {
+                b"c" if in_data => {
+                    let (mut reference, mut kind, mut style) = (None, CellType::Number, 0);
+                    for (name, value) in tag.attrs() {
+                        match name {
+                            b"r" => reference = Some(value),
+                            b"t" => kind = CellType::of(value),
+                            b"s" => style = number(value)? as usize,
+                            _ => {}
+                        }
+                    }
+                    let col = match reference {
                         Some(r) => {
                             let (r, c) = cell_ref(r)?;
                             row = r;
@@ -182,11 +198,6 @@ impl Workbook {
                         None => next_col,
                     };
                     next_col = col.saturating_add(1);
-                    let kind = tag.attr(b"t").map(CellType::of).unwrap_or(CellType::Number);
-                    let style = match tag.attr(b"s") {
-                        Some(s) => number(s)? as usize,
-                        None => 0,
-                    };
                     value.clear();
                     inline.clear();
                     if !tag.empty {
@@ -224,7 +235,6 @@ impl Workbook {
                         return Ok(());
                     }
                 }
-                Event::Eof => return Ok(()),
                 _ => {}
             }
         }
@@ -266,6 +276,15 @@ fn read_cell(
     inline: &mut String,
     scratch: &mut String,
 ) -> Result<(), XmlError> {
+    if let Some(raw) = xml.simple_text(b"<v>", b"</v></c>")? {
+        return xml::unescape(raw, value);
+    }
+    if let Some(raw) = xml.simple_text(b"<is><t>", b"</t></is></c>")? {
+        scratch.clear();
+        xml::unescape(raw, scratch)?;
+        push_text(scratch, false, inline);
+        return Ok(());
+    }
     loop {
         match xml.next()? {
             Event::Start(tag) if tag.empty => {}
@@ -286,7 +305,7 @@ fn number_text(value: &str, kind: NumberKind, date_1904: bool, out: &mut String)
     if value.is_empty() {
         return;
     }
-    if kind == NumberKind::Plain && is_plain_integer(value) {
+    if kind == NumberKind::Plain && is_canonical_number(value) {
         out.push_str(value);
         return;
     }
@@ -307,14 +326,27 @@ fn number_text(value: &str, kind: NumberKind, date_1904: bool, out: &mut String)
     }
 }
 
-/// Digits that [`cell_text::number`] would write back unchanged: up to 15, no leading zero,
-/// an optional minus sign (not on zero).
-fn is_plain_integer(value: &str) -> bool {
-    let digits = value.strip_prefix('-').unwrap_or(value);
-    !digits.is_empty()
-        && digits.len() <= 15
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && (digits == "0" && digits.len() == value.len() || !digits.starts_with('0'))
+/// A number as [`cell_text::number`] would write it back: an optional minus sign, a whole
+/// part without leading zeros, an optional fraction without trailing zeros, at most 15
+/// significant digits (so the float it stands for prints as exactly these digits), not zero
+/// with a sign.
+fn is_canonical_number(value: &str) -> bool {
+    let unsigned = value.strip_prefix('-').unwrap_or(value);
+    let (whole, fraction) = match unsigned.split_once('.') {
+        Some((whole, fraction)) => (whole, Some(fraction)),
+        None => (unsigned, None),
+    };
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || whole.len() > 1 && whole.starts_with('0') {
+        return false;
+    }
+    let significant = match fraction {
+        None => whole.len(),
+        Some(fraction) if !digits(fraction) || fraction.ends_with('0') => return false,
+        Some(fraction) if whole == "0" => fraction.trim_start_matches('0').len(),
+        Some(fraction) => whole.len() + fraction.len(),
+    };
+    significant <= 15 && (unsigned != "0" || unsigned.len() == value.len())
 }
 
 /// Appends the text of a string item (`<si>` in the shared strings, `<is>` in a cell) to `out`:
@@ -334,12 +366,7 @@ fn read_string_item(
                 let preserve = tag.attr(b"space") == Some(b"preserve");
                 scratch.clear();
                 xml.read_text(scratch)?;
-                let text = if preserve {
-                    scratch.as_str()
-                } else {
-                    scratch.trim_matches([' ', '\t', '\r', '\n'])
-                };
-                unescape_ooxml(text, out);
+                push_text(scratch, preserve, out);
             }
             Event::Start(tag) => {
                 depth += 1;
@@ -358,12 +385,22 @@ fn read_string_item(
     }
 }
 
+/// Appends the text of one `<t>`: trimmed unless it keeps its spaces, escapes decoded.
+fn push_text(text: &str, preserve: bool, out: &mut String) {
+    let text = if preserve {
+        text
+    } else {
+        text.trim_matches([' ', '\t', '\r', '\n'])
+    };
+    unescape_ooxml(text, out);
+}
+
 /// Decodes OOXML's escapes for characters XML cannot hold (`_x000D_` is a carriage return);
 /// a UTF-16 surrogate that is not part of a pair becomes U+FFFD.
 fn unescape_ooxml(text: &str, out: &mut String) {
     let mut rest = text;
     let mut pending_high: Option<u16> = None;
-    while let Some(at) = memmem::find(rest.as_bytes(), b"_x") {
+    while let Some(at) = next_escape(rest) {
         let unit = rest
             .get(at + 2..at + 7)
             .filter(|escape| escape.ends_with('_'))
@@ -401,6 +438,19 @@ fn unescape_ooxml(text: &str, out: &mut String) {
     }
     flush_surrogate(&mut pending_high, out);
     out.push_str(rest);
+}
+
+/// Where the next `_x` is.
+fn next_escape(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    while let Some(i) = xml::find(b'_', &bytes[from..]) {
+        if bytes.get(from + i + 1) == Some(&b'x') {
+            return Some(from + i);
+        }
+        from += i + 1;
+    }
+    None
 }
 
 fn flush_surrogate(pending_high: &mut Option<u16>, out: &mut String) {
@@ -548,25 +598,33 @@ fn part<'a>(
 
 /// An unsigned decimal attribute or value.
 fn number(digits: &[u8]) -> Result<u32, ReadError> {
-    std::str::from_utf8(digits)
-        .ok()
-        .and_then(|digits| digits.trim().parse().ok())
+    let digits = digits.trim_ascii();
+    (!digits.is_empty())
+        .then_some(())
+        .and_then(|()| {
+            digits.iter().try_fold(0u32, |n, &b| {
+                b.is_ascii_digit()
+                    .then(|| n.checked_mul(10)?.checked_add(u32::from(b - b'0')))
+                    .flatten()
+            })
+        })
         .ok_or_else(|| damaged("a number in the sheet's structure is not a number"))
 }
 
 /// `B3` as (row 2, column 1).
 fn cell_ref(reference: &[u8]) -> Result<(u32, u32), ReadError> {
-    let letters = reference
-        .iter()
-        .take_while(|b| b.is_ascii_alphabetic())
-        .count();
     let bad = || damaged("a cell has a malformed reference");
+    let (mut col, mut letters) = (0u32, 0);
+    for &b in reference {
+        if !b.is_ascii_alphabetic() {
+            break;
+        }
+        col = col * 26 + u32::from(b.to_ascii_uppercase() - b'A' + 1);
+        letters += 1;
+    }
     if letters == 0 || letters > 3 {
         return Err(bad());
     }
-    let col = reference[..letters].iter().fold(0u32, |col, b| {
-        col * 26 + u32::from(b.to_ascii_uppercase() - b'A' + 1)
-    });
     let row = number(&reference[letters..]).map_err(|_| bad())?;
     Ok((row.checked_sub(1).ok_or_else(bad)?, col - 1))
 }
@@ -682,6 +740,37 @@ mod tests {
             cells(workbook(sheet), "Second").unwrap(),
             [(0, 0, "plain".to_owned())]
         );
+    }
+
+    #[test]
+    fn canonical_numbers_pass_through_as_the_float_would_print() {
+        for value in [
+            "0",
+            "7",
+            "-17",
+            "83810.14",
+            "0.000001",
+            "-0.25",
+            "123456789012345",
+        ] {
+            assert!(is_canonical_number(value), "{value}");
+            let mut printed = String::new();
+            cell_text::number(value.parse().unwrap(), &mut printed);
+            assert_eq!(printed, value);
+        }
+        for value in [
+            "-0",
+            "007",
+            "1.50",
+            "1e5",
+            "1234567890123456",
+            "0.1234567890123456",
+            ".5",
+            "5.",
+            "",
+        ] {
+            assert!(!is_canonical_number(value), "{value}");
+        }
     }
 
     #[test]

@@ -50,25 +50,15 @@ pub struct Tag<'a> {
 }
 
 impl<'a> Tag<'a> {
+    /// The attributes as (local name, raw value) pairs; parsing stops at anything malformed.
+    pub fn attrs(&self) -> Attrs<'a> {
+        Attrs(self.attrs)
+    }
+
     /// The raw (still escaped) value of the attribute with this local name.
     pub fn attr(&self, wanted: &[u8]) -> Option<&'a [u8]> {
-        let mut rest = self.attrs;
-        loop {
-            let start = rest.iter().position(|b| !b.is_ascii_whitespace())?;
-            rest = &rest[start..];
-            let eq = memchr(b'=', rest)?;
-            let name = local(rest[..eq].trim_ascii_end());
-            let after = rest[eq + 1..].trim_ascii_start();
-            let quote = *after.first()?;
-            if quote != b'"' && quote != b'\'' {
-                return None;
-            }
-            let len = memchr(quote, &after[1..])?;
-            if name == wanted {
-                return Some(&after[1..1 + len]);
-            }
-            rest = &after[len + 2..];
-        }
+        self.attrs()
+            .find_map(|(name, value)| (name == wanted).then_some(value))
     }
 
     /// An attribute's value, unescaped.
@@ -83,11 +73,45 @@ impl<'a> Tag<'a> {
     }
 }
 
+/// A tag's attributes, in order.
+pub struct Attrs<'a>(&'a [u8]);
+
+impl<'a> Iterator for Attrs<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = self.0.trim_ascii_start();
+        let eq = find(b'=', rest)?;
+        let name = local(rest[..eq].trim_ascii_end());
+        let after = rest[eq + 1..].trim_ascii_start();
+        let quote = *after.first()?;
+        if quote != b'"' && quote != b'\'' {
+            return None;
+        }
+        let len = find(quote, &after[1..])?;
+        self.0 = &after[len + 2..];
+        Some((name, &after[1..1 + len]))
+    }
+}
+
 /// The part of a qualified name after its prefix.
 fn local(name: &[u8]) -> &[u8] {
-    match memchr(b':', name) {
+    match find(b':', name) {
         Some(colon) => &name[colon + 1..],
         None => name,
+    }
+}
+
+/// `memchr`, with a plain loop first: most of what is searched here is a few bytes long, where
+/// `memchr`'s set-up costs more than the search.
+#[inline]
+pub fn find(byte: u8, haystack: &[u8]) -> Option<usize> {
+    const SHORT: usize = 24;
+    let head = &haystack[..haystack.len().min(SHORT)];
+    match head.iter().position(|&b| b == byte) {
+        Some(i) => Some(i),
+        None if haystack.len() <= SHORT => None,
+        None => memchr(byte, &haystack[SHORT..]).map(|i| i + SHORT),
     }
 }
 
@@ -138,19 +162,19 @@ impl<R: Read> XmlReader<R> {
                     return Ok(Event::End(local(name)));
                 }
                 b'?' => {
-                    let len = self.find(2, b"?>")?.ok_or(UNCLOSED)?;
+                    let len = self.find_seq(2, b"?>")?.ok_or(UNCLOSED)?;
                     self.pos += len + 2;
                 }
                 b'!' => {
                     self.need(4)?;
                     if self.buf[self.pos..].starts_with(b"<!--") {
-                        let len = self.find(4, b"-->")?.ok_or(UNCLOSED)?;
+                        let len = self.find_seq(4, b"-->")?.ok_or(UNCLOSED)?;
                         self.pos += len + 3;
                         continue;
                     }
                     self.need(9)?;
                     if &self.buf[self.pos..self.pos + 9] == b"<![CDATA[" {
-                        let len = self.find(9, b"]]>")?.ok_or(UNCLOSED)?;
+                        let len = self.find_seq(9, b"]]>")?.ok_or(UNCLOSED)?;
                         let start = self.pos;
                         self.pos += len + 3;
                         return Ok(Event::CData(&self.buf[start + 9..start + len]));
@@ -179,6 +203,26 @@ impl<R: Read> XmlReader<R> {
                 }
             }
         }
+    }
+
+    /// The fast path for the commonest shapes (`<v>42</v></c>`): if the next bytes are `open`,
+    /// text without markup, then `close`, consumes them all and returns the raw text; else
+    /// consumes nothing.
+    pub fn simple_text(&mut self, open: &[u8], close: &[u8]) -> Result<Option<&[u8]>, XmlError> {
+        if !self.available(open.len())? || !self.buf[self.pos..self.end].starts_with(open) {
+            return Ok(None);
+        }
+        let Some(lt) = self.find_byte(open.len(), b'<')? else {
+            return Ok(None);
+        };
+        if !self.available(lt + close.len())?
+            || !self.buf[self.pos + lt..self.end].starts_with(close)
+        {
+            return Ok(None);
+        }
+        let start = self.pos;
+        self.pos += lt + close.len();
+        Ok(Some(&self.buf[start + open.len()..start + lt]))
     }
 
     /// Skips to the end of the element whose start tag was just read (not an empty one).
@@ -216,6 +260,14 @@ impl<R: Read> XmlReader<R> {
 
     /// The length of the start tag at `pos` up to its `>`, which is not inside quotes.
     fn tag_len(&mut self) -> Result<usize, XmlError> {
+        // Usually the first `>` ends the tag: it does when the double quotes before it pair up
+        // and there is no single quote that could be hiding one.
+        let gt = self.find_byte(1, b'>')?.ok_or(UNCLOSED)?;
+        let tag = &self.buf[self.pos..self.pos + gt];
+        let quotes = tag.iter().filter(|&&b| b == b'"').count();
+        if quotes % 2 == 0 && !tag.contains(&b'\'') {
+            return Ok(gt);
+        }
         let mut at = 1;
         let mut quote = None;
         loop {
@@ -239,11 +291,9 @@ impl<R: Read> XmlReader<R> {
     fn find_byte(&mut self, from: usize, byte: u8) -> Result<Option<usize>, XmlError> {
         let mut at = from;
         loop {
-            if let Some(i) = memchr(
-                byte,
-                &self.buf[self.pos + at.min(self.end - self.pos)..self.end],
-            ) {
-                return Ok(Some(at + i));
+            let start = at.min(self.end - self.pos);
+            if let Some(i) = find(byte, &self.buf[self.pos + start..self.end]) {
+                return Ok(Some(start + i));
             }
             at = at.max(self.end - self.pos);
             if !self.fill()? {
@@ -253,7 +303,7 @@ impl<R: Read> XmlReader<R> {
     }
 
     /// Where `needle` starts, counted from `pos`, searching from `pos + from`.
-    fn find(&mut self, from: usize, needle: &[u8]) -> Result<Option<usize>, XmlError> {
+    fn find_seq(&mut self, from: usize, needle: &[u8]) -> Result<Option<usize>, XmlError> {
         let mut at = from;
         loop {
             let start = self.pos + at.min(self.end - self.pos);
@@ -267,14 +317,23 @@ impl<R: Read> XmlReader<R> {
         }
     }
 
-    /// Makes at least `n` bytes from `pos` available, or fails: the document ended mid-token.
-    fn need(&mut self, n: usize) -> Result<(), XmlError> {
+    /// Whether `n` bytes from `pos` are (or can be made) available.
+    fn available(&mut self, n: usize) -> Result<bool, XmlError> {
         while self.end - self.pos < n {
             if !self.fill()? {
-                return Err(UNCLOSED);
+                return Ok(false);
             }
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// Makes at least `n` bytes from `pos` available, or fails: the document ended mid-token.
+    fn need(&mut self, n: usize) -> Result<(), XmlError> {
+        if self.available(n)? {
+            Ok(())
+        } else {
+            Err(UNCLOSED)
+        }
     }
 
     /// Reads more bytes after the unread ones; false at the end of the input.
@@ -315,9 +374,9 @@ fn utf8(raw: &[u8]) -> Result<&str, XmlError> {
 /// Appends `raw` to `out` with its entity and character references replaced.
 pub fn unescape(raw: &[u8], out: &mut String) -> Result<(), XmlError> {
     let mut rest = raw;
-    while let Some(amp) = memchr(b'&', rest) {
+    while let Some(amp) = find(b'&', rest) {
         out.push_str(utf8(&rest[..amp])?);
-        let semi = memchr(b';', &rest[amp..]).ok_or(BAD_REFERENCE)?;
+        let semi = find(b';', &rest[amp..]).ok_or(BAD_REFERENCE)?;
         let name = &rest[amp + 1..amp + semi];
         match name {
             b"lt" => out.push('<'),
