@@ -5,17 +5,26 @@
 //! there and then finds the chunk done, so rows and counters are written once however often
 //! the task runs. A run told to stop (see [`super::Run`]) stops before writing or instead of
 //! committing.
+//!
+//! A chunk of a streamed sheet ([`super::sheet`]) arrives with its bytes and has no pending
+//! state: its transaction records it as done (once: a unique key) together with its rows.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
+use sqlx::{Postgres, Transaction};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::{Engine, Run, TaskError};
 use crate::{
-    spreadsheet::csv,
+    spreadsheet::{
+        ChunkSpan,
+        csv::{self, RowFormat},
+    },
     store::{
-        chunks, datasets, errors,
-        jobs::{self, ChunkCounts},
+        chunks::{self, Recorded},
+        datasets, errors,
+        jobs::{self, ChunkCounts, ImportJob},
         notify, uploads,
     },
 };
@@ -44,7 +53,7 @@ pub async fn run(
 
     let bytes = uploads::read_range(
         pool,
-        job.csv_upload_id(),
+        job.upload_id,
         chunk.byte_start as u64,
         chunk.byte_end as u64,
     )
@@ -71,13 +80,75 @@ pub async fn run(
     if !chunks::claim(&mut tx, job_id, chunk_no, &run.lease.owner).await? {
         return Ok(());
     }
+    chunks::mark_done(&mut tx, job_id, chunk_no).await?;
+    write(tx, job_id, &job, keyed, &parsed, run.stop).await
+}
+
+/// A chunk of a streamed sheet: its bytes as the stream cut them.
+pub struct Streamed {
+    pub chunk_no: i32,
+    pub span: ChunkSpan,
+    pub bytes: Vec<u8>,
+}
+
+/// How writing a streamed chunk ended: `Ok(Err(reason))` if the job cannot go on.
+pub type Written = Result<Result<(), String>, TaskError>;
+
+/// Writes a streamed chunk's rows and records it done, unless an earlier run of the stream
+/// did. `Ok(Err(reason))` if that run cut the stream differently (the job cannot go on).
+pub async fn run_streamed(
+    engine: &Engine,
+    job_id: Uuid,
+    job: &ImportJob,
+    format: Arc<RowFormat>,
+    chunk: Streamed,
+    stop: &CancellationToken,
+) -> Written {
+    let Streamed {
+        chunk_no,
+        span,
+        bytes,
+    } = chunk;
+    let keyed = format.key.is_some();
+    let parsed =
+        tokio::task::spawn_blocking(move || csv::parse_chunk(&bytes, &format, span.first_row))
+            .await?;
+    if stop.is_cancelled() {
+        return Ok(Ok(()));
+    }
+    let mut tx = engine.pool.begin().await?;
+    match chunks::record_done(&mut tx, job_id, chunk_no, &span).await? {
+        Recorded::New => {}
+        Recorded::Before => return Ok(Ok(())),
+        Recorded::Different => {
+            return Ok(Err(format!(
+                "Part {} of the sheet was cut differently by an earlier run of this import \
+                 (are workers running with different CONVEYOR_CHUNK_ROWS?). Import the file \
+                 again.",
+                chunk_no + 1
+            )));
+        }
+    }
+    write(tx, job_id, job, keyed, &parsed, stop).await.map(Ok)
+}
+
+/// Writes a done chunk's rows, row errors and counts, then commits, unless the job ended
+/// meanwhile or the run was told to stop (then nothing is written).
+async fn write(
+    mut tx: Transaction<'_, Postgres>,
+    job_id: Uuid,
+    job: &ImportJob,
+    keyed: bool,
+    parsed: &csv::ChunkRows,
+    stop: &CancellationToken,
+) -> Result<(), TaskError> {
     let mut counts = ChunkCounts {
         ok: parsed.rows.len() as i64,
         updated: 0,
         failed: parsed.errors.len() as i64,
     };
     if keyed {
-        let (row_nos, keys, rows) = last_of_each_key(&parsed);
+        let (row_nos, keys, rows) = last_of_each_key(parsed);
         let inserted =
             datasets::upsert_rows(&mut tx, job.dataset_id, job.seq, &row_nos, &keys, &rows).await?;
         counts.updated = counts.ok - inserted;
@@ -92,14 +163,13 @@ pub async fn run(
         .await?;
     }
     errors::insert(&mut tx, job_id, &parsed.errors).await?;
-    chunks::mark_done(&mut tx, job_id, chunk_no).await?;
     let Some(added) = jobs::add_chunk(&mut tx, job_id, counts).await? else {
         // The job ended while we worked (failed or cancelled): write nothing.
         tx.rollback().await?;
         return Ok(());
     };
     notify::job_changed(&mut tx, job_id, added.version).await?;
-    if run.stop.is_cancelled() {
+    if stop.is_cancelled() {
         // Stopped while writing (the job was cancelled, the lease lost, the process is
         // stopping): this run counts for nothing.
         tx.rollback().await?;

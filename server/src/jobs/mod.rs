@@ -9,8 +9,10 @@
 //! ```
 //!
 //! - Creating a job writes the job row and its plan task in one transaction ([`create`]).
-//! - The plan task ([`plan`]) converts a workbook's sheet to CSV ([`convert`]), reads the file once, records every chunk and the row count, marks
-//!   the job `sealed` and queues one task per chunk, again in one transaction.
+//! - The plan task ([`plan`]) reads a CSV file once, records every chunk and the row count,
+//!   marks the job `sealed` and queues one task per chunk, again in one transaction. A
+//!   workbook's sheet is converted to CSV ([`convert`]) and written chunk by chunk as it
+//!   streams, by the plan task itself ([`sheet`]), which seals the job at the end.
 //! - A chunk task ([`chunk`]) writes its rows, marks the chunk done and adds to the job's
 //!   counters in one transaction that does nothing if the chunk is already done: a redelivered,
 //!   duplicated or re-run task counts once. The last chunk of a sealed job completes it.
@@ -31,6 +33,7 @@ pub mod pipe;
 pub mod plan;
 pub mod queue;
 pub mod reaper;
+pub mod sheet;
 pub mod worker;
 
 use std::path::PathBuf;

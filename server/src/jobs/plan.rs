@@ -1,5 +1,5 @@
-//! The plan task: read the upload once, streaming, and turn it into chunks. A workbook is
-//! converted to CSV first ([`super::convert`]).
+//! The plan task: read the upload once, streaming, and turn it into chunks. A workbook's sheet
+//! is imported as it streams out of the converter instead ([`super::sheet`]).
 //!
 //! The scan runs on a blocking thread and pulls the upload's parts through a small channel, so
 //! memory stays flat however large the file. Everything the plan decides is written in one
@@ -12,8 +12,9 @@ use futures::TryStreamExt;
 use uuid::Uuid;
 
 use super::{
-    Engine, TaskError, convert, pipe,
+    Engine, TaskError, pipe,
     queue::{self, Priority, TaskMsg},
+    sheet,
 };
 use sqlx::PgConnection;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +24,7 @@ use crate::{
         Plan,
         csv::{self, RowFormat, ScanError},
         schema::{self, Column},
+        workbook,
     },
     store::{chunks, datasets, jobs, notify, uploads},
 };
@@ -45,18 +47,12 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
         return Ok(());
     }
 
-    let source = match convert::source(engine, job_id, &job, stop).await? {
-        Ok(source) => source,
-        Err(reason) => return super::fail(&engine.pool, job_id, &reason.to_string()).await,
-    };
-    match scan_upload(engine, source.upload_id, stop).await {
-        Ok(plan) => {
-            let plan = Plan {
-                header_row: source.header_row,
-                ..plan
-            };
-            seal(engine, job_id, plan).await
-        }
+    let head = uploads::read_range(&engine.pool, job.upload_id, 0, 8).await?;
+    if workbook::Kind::of(&head).is_some() {
+        return sheet::run(engine, job_id, &job, stop).await;
+    }
+    match scan_upload(engine, job.upload_id, stop).await {
+        Ok(plan) => seal(engine, job_id, plan).await,
         Err(ScanError::File(reason)) => {
             super::fail(&engine.pool, job_id, &reason.to_string()).await
         }
@@ -91,10 +87,7 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
         .last()
         .map_or(0, |last| last.first_row + i64::from(last.row_count));
     let format = if last_row_no > datasets::MAX_ROW_NO {
-        Err(format!(
-            "The file has more than {} rows, the most one import takes. Split it into parts.",
-            datasets::MAX_ROW_NO
-        ))
+        Err(too_many_rows())
     } else {
         row_format(&mut tx, job.dataset_id, &plan).await?
     };
@@ -125,10 +118,18 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
     Ok(())
 }
 
+/// The refusal for a file with more rows than a job's row numbers hold.
+pub fn too_many_rows() -> String {
+    format!(
+        "The file has more than {} rows, the most one import takes. Split it into parts.",
+        datasets::MAX_ROW_NO
+    )
+}
+
 /// How the chunks will read rows: the file's header lined up with the dataset's columns. A
 /// dataset without columns takes the header's, as text; a header that does not fit the
 /// dataset is the person's problem (`Err` with the reason).
-async fn row_format(
+pub async fn row_format(
     conn: &mut PgConnection,
     dataset_id: Uuid,
     plan: &Plan,

@@ -35,7 +35,37 @@ const MAX_CHUNK_BYTES: u64 = 16 << 20;
 /// Reads the header, counts the rows and cuts them into chunks of `chunk_rows` (or
 /// [`MAX_CHUNK_BYTES`]).
 pub fn scan(input: impl Read, chunk_rows: usize) -> Result<Plan, ScanError> {
-    let mut input = BufReader::with_capacity(64 * 1024, input);
+    let mut chunks = Vec::new();
+    let mut plan = scan_each(input, chunk_rows, |scanned| {
+        if let Scanned::Chunk { span, .. } = scanned {
+            chunks.push(span);
+        }
+        Ok(())
+    })?;
+    plan.chunks = chunks;
+    Ok(plan)
+}
+
+/// What [`scan_each`] found, as soon as it found it.
+pub enum Scanned<'a> {
+    /// The header: the file's delimiter and its column names.
+    Header {
+        delimiter: u8,
+        columns: &'a [String],
+    },
+    /// A chunk and its bytes.
+    Chunk { span: ChunkSpan, bytes: &'a [u8] },
+}
+
+/// [`scan`], handing over the header and then every chunk with its bytes as it is found, so
+/// that a reader of a stream can start on the first rows while later ones are still arriving.
+/// The plan it returns has no chunks (they were handed over).
+pub fn scan_each(
+    input: impl Read,
+    chunk_rows: usize,
+    mut each: impl FnMut(Scanned<'_>) -> Result<(), ScanError>,
+) -> Result<Plan, ScanError> {
+    let mut input = BufReader::with_capacity(64 * 1024, Recorder::new(input));
     let head = input.fill_buf()?;
     sniff(head)?;
     let delimiter = delimiter(head);
@@ -45,12 +75,20 @@ pub fn scan(input: impl Read, chunk_rows: usize) -> Result<Plan, ScanError> {
         return Err(FileError::Empty.into());
     }
     let columns = header(&record)?;
+    each(Scanned::Header {
+        delimiter,
+        columns: &columns,
+    })?;
 
     let chunk_rows = chunk_rows.max(1);
-    let mut chunks = Vec::new();
     let mut current: Option<ChunkSpan> = None;
     let mut row_count = 0i64;
     let mut record_no = 0i64;
+    let mut hand_over = |span: ChunkSpan, reader: &mut csv::Reader<BufReader<Recorder<_>>>| {
+        let recorder = reader.get_mut().get_mut();
+        let bytes = recorder.take(span.byte_start, span.byte_end);
+        each(Scanned::Chunk { span, bytes })
+    };
     while read(&mut reader, &mut record)? {
         record_no += 1;
         if is_blank(&record) {
@@ -66,13 +104,16 @@ pub fn scan(input: impl Read, chunk_rows: usize) -> Result<Plan, ScanError> {
         });
         span.row_count += 1;
         span.byte_end = end;
-        if span.row_count as usize == chunk_rows
-            || span.byte_end - span.byte_start >= MAX_CHUNK_BYTES
+        if (span.row_count as usize == chunk_rows
+            || span.byte_end - span.byte_start >= MAX_CHUNK_BYTES)
+            && let Some(span) = current.take()
         {
-            chunks.extend(current.take());
+            hand_over(span, &mut reader)?;
         }
     }
-    chunks.extend(current);
+    if let Some(span) = current.take() {
+        hand_over(span, &mut reader)?;
+    }
     if row_count == 0 {
         return Err(FileError::NoRows.into());
     }
@@ -81,8 +122,45 @@ pub fn scan(input: impl Read, chunk_rows: usize) -> Result<Plan, ScanError> {
         header_row: 1,
         columns,
         row_count,
-        chunks,
+        chunks: Vec::new(),
     })
+}
+
+/// Keeps the bytes read through it until a chunk takes them, so that a chunk's bytes can be
+/// handed over without reading the input twice.
+struct Recorder<R> {
+    inner: R,
+    kept: Vec<u8>,
+    /// The input offset of `kept[0]`.
+    kept_from: u64,
+}
+
+impl<R> Recorder<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            kept: Vec::new(),
+            kept_from: 0,
+        }
+    }
+
+    /// Bytes `start..end` of the input, dropping everything before `end`.
+    fn take(&mut self, start: u64, end: u64) -> &[u8] {
+        let from = (start - self.kept_from) as usize;
+        let to = (end - self.kept_from) as usize;
+        // The previous chunk's bytes go now: they were handed over last time.
+        self.kept.drain(..from);
+        self.kept_from = start;
+        &self.kept[..to - from]
+    }
+}
+
+impl<R: Read> Read for Recorder<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.kept.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
 }
 
 /// A record whose every field is empty (`,,,`: a spreadsheet's empty row) is not a row.
@@ -317,6 +395,40 @@ mod tests {
 
     fn some(value: &str) -> Option<String> {
         Some(value.to_owned())
+    }
+
+    #[test]
+    fn chunks_handed_over_while_scanning_carry_their_own_bytes() {
+        let mut text = String::from("id,note\n");
+        for i in 1..=25 {
+            text.push_str(&format!("{i},\"line {i}\nwith, a break\"\n"));
+            if i % 7 == 0 {
+                text.push_str(",\n");
+            }
+        }
+        let mut seen = Vec::new();
+        let plan = scan_each(text.as_bytes(), 10, |scanned| {
+            match scanned {
+                Scanned::Header { delimiter, columns } => {
+                    assert_eq!(
+                        (delimiter, columns),
+                        (b',', &["id".to_owned(), "note".to_owned()][..])
+                    );
+                }
+                Scanned::Chunk { span, bytes } => seen.push((span, bytes.to_vec())),
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(plan.row_count, 25);
+        let spans: Vec<_> = seen.iter().map(|(span, _)| *span).collect();
+        assert_eq!(spans, super::scan(text.as_bytes(), 10).unwrap().chunks);
+        for (span, bytes) in &seen {
+            assert_eq!(
+                bytes[..],
+                text.as_bytes()[span.byte_start as usize..span.byte_end as usize]
+            );
+        }
     }
 
     #[test]

@@ -55,40 +55,46 @@ impl Kind {
 }
 
 /// What converting a sheet produced, besides the CSV.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Converted {
     pub sheet: String,
     /// The sheet row (1-based) that holds the header: rows above it were empty.
     pub header_row: i64,
 }
 
+/// Where a chosen sheet's cells come from.
+enum Cells {
+    /// Read whole by calamine (XLS, ODS).
+    Range(Range<Data>),
+    /// Streamed by our reader.
+    Xlsx(xlsx::Workbook),
+}
+
 /// Writes the sheet named `sheet` (the first one with a value when `None`) to `out` as
-/// comma-separated CSV whose first record is the sheet's first non-empty row.
+/// comma-separated CSV whose first record is the sheet's first non-empty row. With `announce`,
+/// a line of JSON (a [`Converted`]) comes first, as soon as the header is found: a reader of
+/// the stream then knows the sheet's row numbers before its first row arrives.
 pub fn to_csv(
     bytes: Vec<u8>,
     sheet: Option<&str>,
+    announce: bool,
     out: impl Write,
 ) -> Result<Converted, ScanError> {
     let kind = Kind::of(&bytes).ok_or_else(|| FileError::NotCsv("Not a workbook.".into()))?;
-    let mut out = SheetWriter::new(LimitedWriter::new(out, MAX_SHEET_CSV_BYTES));
-    let chosen = match kind {
+    let (name, cells) = match kind {
         Kind::Zip if is_ods(&bytes) => {
             let mut zip = zip::ZipArchive::new(Cursor::new(&bytes[..])).map_err(unreadable)?;
             unzip::check_all(&mut zip).map_err(ReadError::from)?;
             let mut book: Ods<_> = open_workbook_from_rs(Cursor::new(bytes)).map_err(unreadable)?;
             let name = choose_range_sheet(&mut book, sheet)?;
             let range = book.worksheet_range(&name).map_err(unreadable)?;
-            write_range(&range, &mut out)?;
-            name
+            (name, Cells::Range(range))
         }
         Kind::Zip => {
             let mut book = xlsx::Workbook::open(bytes)?;
             let name = choose_xlsx_sheet(&mut book, sheet)?;
-            book.cells(&name, |cell| {
-                out.cell(cell.row, cell.col, cell.text)?;
-                Ok(ControlFlow::Continue(()))
-            })?;
-            name
+            (name, Cells::Xlsx(book))
         }
         Kind::Ole => {
             let mut book: Xls<_> = match Xls::new(Cursor::new(&bytes[..])) {
@@ -102,13 +108,23 @@ pub fn to_csv(
             };
             let name = choose_range_sheet(&mut book, sheet)?;
             let range = book.worksheet_range(&name).map_err(unreadable)?;
-            write_range(&range, &mut out)?;
-            name
+            (name, Cells::Range(range))
         }
     };
+    let mut out = SheetWriter::new(
+        LimitedWriter::new(out, MAX_SHEET_CSV_BYTES),
+        announce.then(|| name.clone()),
+    );
+    match cells {
+        Cells::Range(range) => write_range(&range, &mut out)?,
+        Cells::Xlsx(mut book) => book.cells(&name, |cell| {
+            out.cell(cell.row, cell.col, cell.text)?;
+            Ok(ControlFlow::Continue(()))
+        })?,
+    }
     let header_row = out.finish()?;
     Ok(Converted {
-        sheet: chosen,
+        sheet: name,
         header_row,
     })
 }
@@ -222,8 +238,12 @@ fn write_text<T: DataType>(value: &T, out: &mut String) {
 /// empty row, which the import skips, so record numbers stay sheet row numbers). Values outside
 /// the header's columns lengthen their record, which makes that row an error, not lost data.
 struct SheetWriter<W: Write> {
-    csv: csv::Writer<W>,
-    header: Option<Header>,
+    /// The output until the header is found (nothing is written before it)…
+    out: Option<W>,
+    /// …and then.
+    started: Option<Started<W>>,
+    /// The sheet's name, to announce with the header row before the header (see [`to_csv`]).
+    announce: Option<String>,
     /// The sheet row being gathered (0-based).
     row: u32,
     /// Its values: by column once the header is known (the buffers are reused row after
@@ -235,18 +255,20 @@ struct SheetWriter<W: Write> {
     extra: Vec<String>,
 }
 
-#[derive(Clone, Copy)]
-struct Header {
-    row: u32,
+struct Started<W: Write> {
+    csv: csv::Writer<W>,
+    /// The header's sheet row (0-based), first column and width.
+    header_row: u32,
     first_col: u32,
     width: usize,
 }
 
 impl<W: Write> SheetWriter<W> {
-    fn new(out: W) -> Self {
+    fn new(out: W, announce: Option<String>) -> Self {
         Self {
-            csv: csv::WriterBuilder::new().flexible(true).from_writer(out),
-            header: None,
+            out: Some(out),
+            started: None,
+            announce,
             row: 0,
             fields: Vec::new(),
             header_cols: Vec::new(),
@@ -270,7 +292,7 @@ impl<W: Write> SheetWriter<W> {
         if text.is_empty() {
             return Ok(());
         }
-        match self.header {
+        match &self.started {
             None if self.fields.len() >= MAX_COLUMNS => {
                 return Err(FileError::TooWide {
                     columns: self.fields.len() + 1,
@@ -281,8 +303,8 @@ impl<W: Write> SheetWriter<W> {
                 self.header_cols.push(col);
                 self.fields.push(text.to_owned());
             }
-            Some(header) => match col.checked_sub(header.first_col).map(|i| i as usize) {
-                Some(i) if i < header.width => {
+            Some(started) => match col.checked_sub(started.first_col).map(|i| i as usize) {
+                Some(i) if i < started.width => {
                     self.fields[i].clear();
                     self.fields[i].push_str(text);
                 }
@@ -294,12 +316,12 @@ impl<W: Write> SheetWriter<W> {
 
     /// Writes the empty records for the rows between the last one and `row`.
     fn skip_to(&mut self, row: u32) -> Result<(), ScanError> {
-        if let Some(header) = self.header {
-            let empty = vec![""; header.width];
+        if let Some(started) = &mut self.started {
+            let empty = vec![""; started.width];
             for _ in self.row + 1..row {
-                self.csv.write_record(&empty).map_err(write_error)?;
+                started.csv.write_record(&empty).map_err(write_error)?;
             }
-            self.fields.truncate(header.width);
+            self.fields.truncate(started.width);
             self.fields.iter_mut().for_each(String::clear);
         }
         self.row = row;
@@ -307,12 +329,16 @@ impl<W: Write> SheetWriter<W> {
     }
 
     fn end_row(&mut self) -> Result<(), ScanError> {
-        match self.header {
-            Some(_) if self.extra.is_empty() => {
-                self.csv.write_record(&self.fields).map_err(write_error)?;
+        match &mut self.started {
+            Some(started) if self.extra.is_empty() => {
+                started
+                    .csv
+                    .write_record(&self.fields)
+                    .map_err(write_error)?;
             }
-            Some(_) => {
-                self.csv
+            Some(started) => {
+                started
+                    .csv
                     .write_record(self.fields.iter().chain(&self.extra))
                     .map_err(write_error)?;
                 self.extra.clear();
@@ -335,10 +361,23 @@ impl<W: Write> SheetWriter<W> {
         for (col, name) in self.header_cols.drain(..).zip(self.fields.drain(..)) {
             names[(col - first_col) as usize] = name;
         }
-        self.csv.write_record(&names).map_err(write_error)?;
+        let Some(mut out) = self.out.take() else {
+            return Ok(());
+        };
+        if let Some(sheet) = self.announce.take() {
+            let converted = Converted {
+                sheet,
+                header_row: self.row as i64 + 1,
+            };
+            serde_json::to_writer(&mut out, &converted).map_err(io::Error::from)?;
+            out.write_all(b"\n").map_err(write_error_io)?;
+        }
+        let mut csv = csv::WriterBuilder::new().flexible(true).from_writer(out);
+        csv.write_record(&names).map_err(write_error)?;
         self.fields = names;
-        self.header = Some(Header {
-            row: self.row,
+        self.started = Some(Started {
+            csv,
+            header_row: self.row,
             first_col,
             width,
         });
@@ -348,9 +387,11 @@ impl<W: Write> SheetWriter<W> {
     /// Ends the last row; the header's sheet row number (1-based).
     fn finish(mut self) -> Result<i64, ScanError> {
         self.end_row()?;
-        self.csv.flush().map_err(write_error_io)?;
-        match self.header {
-            Some(header) => Ok(header.row as i64 + 1),
+        match self.started {
+            Some(mut started) => {
+                started.csv.flush().map_err(write_error_io)?;
+                Ok(started.header_row as i64 + 1)
+            }
             None => Err(FileError::Empty.into()),
         }
     }
@@ -424,7 +465,7 @@ mod tests {
 
     fn convert(bytes: &[u8], sheet: Option<&str>) -> Result<(Converted, String), ScanError> {
         let mut out = Vec::new();
-        let converted = to_csv(bytes.to_vec(), sheet, &mut out)?;
+        let converted = to_csv(bytes.to_vec(), sheet, false, &mut out)?;
         Ok((converted, String::from_utf8(out).unwrap()))
     }
 

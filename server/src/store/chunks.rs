@@ -99,3 +99,56 @@ pub async fn mark_done(conn: &mut PgConnection, job_id: Uuid, chunk_no: i32) -> 
     .await?;
     Ok(())
 }
+
+/// What recording a streamed chunk found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Recorded now, as done: its rows go in the same transaction.
+    New,
+    /// An earlier run of the stream recorded the same chunk: nothing to write.
+    Before,
+    /// An earlier run cut the stream differently: its chunk holds other rows.
+    Different,
+}
+
+/// Records a chunk of a streamed sheet (see `jobs::sheet`) as done, unless a run recorded it
+/// before. There is no pending state to claim: the chunk exists only once its rows are written.
+pub async fn record_done(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    chunk_no: i32,
+    span: &ChunkSpan,
+) -> sqlx::Result<Recorded> {
+    let (new, same): (bool, Option<bool>) = sqlx::query_as(
+        "with new as (
+             insert into job_chunks
+                 (job_id, chunk_no, first_row, row_count, byte_start, byte_end, state, done_at)
+             values ($1, $2, $3, $4, $5, $6, 'done', now())
+             on conflict (job_id, chunk_no) do nothing
+             returning 1)
+         select exists (select from new),
+                (select first_row = $3 and row_count = $4 from job_chunks
+                 where job_id = $1 and chunk_no = $2)",
+    )
+    .bind(job_id)
+    .bind(chunk_no)
+    .bind(span.first_row)
+    .bind(span.row_count)
+    .bind(span.byte_start as i64)
+    .bind(span.byte_end as i64)
+    .fetch_one(conn)
+    .await?;
+    Ok(match (new, same) {
+        (true, _) => Recorded::New,
+        (false, Some(true)) => Recorded::Before,
+        (false, _) => Recorded::Different,
+    })
+}
+
+/// The numbers of the chunks a job has.
+pub async fn numbers(pool: &PgPool, job_id: Uuid) -> sqlx::Result<Vec<i32>> {
+    sqlx::query_scalar("select chunk_no from job_chunks where job_id = $1")
+        .bind(job_id)
+        .fetch_all(pool)
+        .await
+}

@@ -307,9 +307,6 @@ pub struct ImportJob {
     pub upload_id: Uuid,
     pub dataset_id: Uuid,
     pub sheet: Option<String>,
-    /// The CSV converted from a workbook upload, once planning made it.
-    pub data_upload_id: Option<Uuid>,
-    pub header_row: Option<i64>,
     pub row_format: Option<sqlx::types::Json<RowFormat>>,
 }
 
@@ -317,40 +314,28 @@ impl ImportJob {
     pub fn is_running(&self) -> bool {
         self.status == JobStatus::Running.as_str()
     }
-
-    /// The CSV bytes the chunks read.
-    pub fn csv_upload_id(&self) -> Uuid {
-        self.data_upload_id.unwrap_or(self.upload_id)
-    }
 }
 
-/// Records the CSV a workbook sheet became, unless another run of the plan did first
-/// (`false`: the caller's copy is surplus).
-pub async fn set_converted(
+/// Records how a streamed sheet's chunks read their rows (see `jobs::sheet`), and the sheet
+/// chosen, before its first chunk is written.
+pub async fn set_format(
     conn: &mut PgConnection,
     id: Uuid,
-    data_upload_id: Uuid,
+    format: &RowFormat,
     sheet: &str,
-    header_row: i64,
-) -> sqlx::Result<bool> {
-    let done = sqlx::query(
-        "update jobs set data_upload_id = $2, sheet = $3, header_row = $4
-         where id = $1 and data_upload_id is null",
-    )
-    .bind(id)
-    .bind(data_upload_id)
-    .bind(sheet)
-    .bind(header_row)
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected() == 1)
+) -> sqlx::Result<()> {
+    sqlx::query("update jobs set row_format = $2, sheet = $3 where id = $1 and status = 'running'")
+        .bind(id)
+        .bind(sqlx::types::Json(format))
+        .bind(sheet)
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 macro_rules! import_job_columns {
     () => {
-        "select status, seq, sealed, owner, upload_id, dataset_id, sheet, data_upload_id,
-                header_row, row_format
-         from jobs"
+        "select status, seq, sealed, owner, upload_id, dataset_id, sheet, row_format from jobs"
     };
 }
 
@@ -487,6 +472,16 @@ pub async fn add_chunk(
         },
         None => added,
     }))
+}
+
+/// Ends a running job that is over its row error limit (failed), or whose sealed plan's chunks
+/// have all ended; the new version if it ended. For a plan sealed after its chunks were done
+/// (a streamed sheet).
+pub async fn settle(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    match stop_over_row_error_limit(conn, id).await? {
+        Some(version) => Ok(Some(version)),
+        None => end_if_all_chunks_ended(conn, id).await,
+    }
 }
 
 /// Fails a running job whose rows in error passed its limit; the new version if it did.

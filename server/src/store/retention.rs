@@ -41,7 +41,7 @@ pub async fn prune(
     let claimed: Vec<uuid::Uuid> = sqlx::query_scalar(
         "update jobs j set items_pruned_at = now(),
              source_filename = (select filename from uploads u where u.id = j.upload_id),
-             upload_id = null, data_upload_id = null, result_upload_id = null
+             upload_id = null, result_upload_id = null
          where id in (select id from jobs
                       where finished_at < now() - make_interval(secs => $1)
                         and items_pruned_at is null
@@ -81,7 +81,7 @@ pub async fn prune(
              select u.id from uploads u
              where u.created_at < now() - make_interval(secs => $1)
                and not exists (select 1 from jobs j
-                   where u.id in (j.upload_id, j.data_upload_id, j.result_upload_id))
+                   where u.id in (j.upload_id, j.result_upload_id))
              limit $2)",
     )
     .bind(items_age)

@@ -1,0 +1,261 @@
+//! A workbook import, streamed: the converter ([`super::convert`]) writes the sheet as CSV,
+//! a blocking thread cuts it into chunks as it arrives ([`csv::scan_each`]), and each chunk is
+//! written ([`chunk::run_streamed`]) while the sheet is still being read. Converting a sheet
+//! costs about as much as importing it, so doing both at once nearly halves a workbook
+//! import; and no converted copy of the sheet is stored.
+//!
+//! This all runs as the job's plan task, under its lease. A chunk is recorded done in the
+//! transaction that writes its rows, so a run that dies half-way leaves only whole chunks, and
+//! the next run (the reaper queues it once the lease runs out) converts the sheet again and
+//! skips them: rows count once. The plan is sealed, with the row count, at the end.
+//!
+//! What this gives up: a sheet found damaged part-way fails its job with the rows before the
+//! damage already imported (a CSV file is checked whole before any row is written).
+
+use std::{collections::HashSet, io::BufReader, sync::Arc};
+
+use tokio::{sync::mpsc, task::JoinSet};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{
+    Engine, TaskError,
+    chunk::{self, Streamed},
+    convert::{self, Conversion, Ended},
+    pipe, plan,
+};
+use crate::{
+    spreadsheet::{
+        Plan,
+        csv::{self, RowFormat, ScanError, Scanned},
+        workbook::Converted,
+    },
+    store::{
+        chunks, datasets,
+        jobs::{self, ImportJob},
+        notify, uploads,
+    },
+};
+
+/// Chunks written at once while the sheet streams: enough to keep PostgreSQL busy while the
+/// converter works, few enough to leave it a core.
+const IN_FLIGHT: usize = 3;
+
+/// What the reading thread found, in order.
+enum Found {
+    Announced(Converted),
+    Header {
+        delimiter: u8,
+        columns: Vec<String>,
+    },
+    Chunk {
+        span: crate::spreadsheet::ChunkSpan,
+        bytes: Vec<u8>,
+    },
+}
+
+/// Why the stream stopped early: the file's fault (the job fails), or ours (the run is retried).
+enum Stopped {
+    File(String),
+    Task(TaskError),
+}
+
+pub async fn run(
+    engine: &Engine,
+    job_id: Uuid,
+    job: &ImportJob,
+    stop: &CancellationToken,
+) -> Result<(), TaskError> {
+    let pool = &engine.pool;
+    let upload = uploads::find(pool, job.upload_id)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)?;
+    if let Some(reason) = convert::too_large(upload.size as u64) {
+        return super::fail(pool, job_id, &reason.to_string()).await;
+    }
+    let done: HashSet<i32> = chunks::numbers(pool, job_id).await?.into_iter().collect();
+
+    let (mut conversion, csv_out) = Conversion::start(engine, job)?;
+    let (found_tx, mut found) = mpsc::channel(2);
+    let chunk_rows = engine.chunk_rows;
+    let reader = tokio::task::spawn_blocking(move || {
+        let mut input = BufReader::new(csv_out);
+        let Some(announced) = convert::read_announcement(&mut input)? else {
+            return Ok(None);
+        };
+        let send = |found| {
+            found_tx
+                .blocking_send(found)
+                .map_err(|_| std::io::Error::other(pipe::STOPPED))
+        };
+        send(Found::Announced(announced))?;
+        let plan = csv::scan_each(input, chunk_rows, |scanned| {
+            Ok(send(match scanned {
+                Scanned::Header { delimiter, columns } => Found::Header {
+                    delimiter,
+                    columns: columns.to_vec(),
+                },
+                Scanned::Chunk { span, bytes } => Found::Chunk {
+                    span,
+                    bytes: bytes.to_vec(),
+                },
+            })?)
+        })?;
+        Ok::<_, ScanError>(Some(plan))
+    });
+
+    let mut writing = JoinSet::new();
+    let mut announced = None;
+    let mut format: Option<Arc<RowFormat>> = None;
+    let mut chunks_total = 0i32;
+    let stopped = loop {
+        let next = tokio::select! {
+            biased;
+            () = stop.cancelled() => break Some(Stopped::Task(std::io::Error::other(pipe::STOPPED).into())),
+            next = found.recv() => next,
+        };
+        let Some(next) = next else { break None };
+        match next {
+            Found::Announced(converted) => announced = Some(converted),
+            Found::Header { delimiter, columns } => {
+                let header_row = announced.as_ref().map_or(1, |a: &Converted| a.header_row);
+                let sheet = announced.as_ref().map_or("", |a| a.sheet.as_str());
+                match start_format(engine, job_id, job, delimiter, columns, header_row, sheet).await
+                {
+                    Ok(Ok(ready)) => format = Some(Arc::new(ready)),
+                    Ok(Err(reason)) => break Some(Stopped::File(reason)),
+                    Err(err) => break Some(Stopped::Task(err)),
+                }
+            }
+            Found::Chunk { span, bytes } => {
+                let chunk_no = chunks_total;
+                chunks_total += 1;
+                if span.first_row + i64::from(span.row_count) > datasets::MAX_ROW_NO {
+                    break Some(Stopped::File(plan::too_many_rows()));
+                }
+                let Some(format) = format.clone() else {
+                    break Some(Stopped::Task(
+                        std::io::Error::other("a chunk came before the header").into(),
+                    ));
+                };
+                if done.contains(&chunk_no) {
+                    continue;
+                }
+                if writing.len() >= IN_FLIGHT
+                    && let Some(stopped) = joined(writing.join_next().await)
+                {
+                    break Some(stopped);
+                }
+                let (engine, job, stop) = (engine.clone(), job.clone(), stop.clone());
+                let chunk = Streamed {
+                    chunk_no,
+                    span,
+                    bytes,
+                };
+                writing.spawn(async move {
+                    chunk::run_streamed(&engine, job_id, &job, format, chunk, &stop).await
+                });
+            }
+        }
+    };
+    // Whatever happened, every chunk being written ends on its own (a write is never dropped
+    // half-way: that would spoil its connection).
+    drop(found);
+    let mut stopped = stopped;
+    while let Some(result) = writing.join_next().await {
+        stopped = stopped.or(joined(Some(result)));
+    }
+    if stopped.is_some() {
+        conversion.kill().await;
+    }
+    let scanned = reader.await?;
+    let ended = conversion.finish().await?;
+
+    if stop.is_cancelled() {
+        return Err(std::io::Error::other(pipe::STOPPED).into());
+    }
+    let plan = match (stopped, ended, scanned) {
+        (Some(Stopped::Task(err)), ..) => return Err(err),
+        (Some(Stopped::File(reason)), ..) | (None, Ended::Refused(reason), _) => {
+            return super::fail(pool, job_id, &reason).await;
+        }
+        // The child ended early because the reader did (a CSV it cannot use): the reader says why.
+        (None, _, Err(ScanError::File(reason))) => {
+            return super::fail(pool, job_id, &reason.to_string()).await;
+        }
+        (None, Ended::Died(reason), _) => return super::fail(pool, job_id, &reason).await,
+        (None, Ended::Converted, Err(ScanError::Io(err))) => return Err(err.into()),
+        (None, Ended::Converted, Ok(None)) => {
+            return Err(std::io::Error::other("the converter announced no sheet").into());
+        }
+        (None, Ended::Converted, Ok(Some(plan))) => plan,
+    };
+    seal(engine, job_id, format, plan, chunks_total).await
+}
+
+/// A chunk's end: `None` if it was written (or skipped), else why the stream must stop.
+fn joined(result: Option<Result<chunk::Written, tokio::task::JoinError>>) -> Option<Stopped> {
+    match result? {
+        Ok(Ok(Ok(()))) => None,
+        Ok(Ok(Err(reason))) => Some(Stopped::File(reason)),
+        Ok(Err(err)) => Some(Stopped::Task(err)),
+        Err(err) => Some(Stopped::Task(err.into())),
+    }
+}
+
+/// Lines the sheet's header up with the dataset and records the format (and the sheet
+/// chosen) before any chunk is written; `Ok(Err(reason))` if the header does not fit.
+async fn start_format(
+    engine: &Engine,
+    job_id: Uuid,
+    job: &ImportJob,
+    delimiter: u8,
+    columns: Vec<String>,
+    header_row: i64,
+    sheet: &str,
+) -> Result<Result<RowFormat, String>, TaskError> {
+    let plan = Plan {
+        delimiter,
+        header_row,
+        columns,
+        row_count: 0,
+        chunks: Vec::new(),
+    };
+    let mut tx = engine.pool.begin().await?;
+    let format = match plan::row_format(&mut tx, job.dataset_id, &plan).await? {
+        Ok(format) => format,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    jobs::set_format(&mut tx, job_id, &format, sheet).await?;
+    tx.commit().await?;
+    Ok(Ok(format))
+}
+
+/// Records the row and chunk counts; the job ends at once, as its chunks are all written.
+async fn seal(
+    engine: &Engine,
+    job_id: Uuid,
+    format: Option<Arc<RowFormat>>,
+    plan: Plan,
+    chunks_total: i32,
+) -> Result<(), TaskError> {
+    let mut tx = engine.pool.begin().await?;
+    let Some(mut version) = jobs::seal(
+        &mut tx,
+        job_id,
+        format.as_deref(),
+        plan.row_count,
+        chunks_total,
+    )
+    .await?
+    else {
+        return Ok(());
+    };
+    if let Some(ended) = jobs::settle(&mut tx, job_id).await? {
+        version = ended;
+    }
+    notify::job_changed(&mut tx, job_id, version).await?;
+    tx.commit().await?;
+    tracing::info!(%job_id, rows = plan.row_count, chunks = chunks_total, "sheet imported");
+    Ok(())
+}
