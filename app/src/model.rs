@@ -216,10 +216,16 @@ impl JobView {
             _ => None,
         }
     }
-    /// Whole percent done, 0–100.
+    /// Whole percent done, 0–100; at most 99 while running (a streamed sheet's count is what
+    /// the sheet declares until it has been read, and may be short).
     pub fn percent(&self) -> i64 {
+        let most = if self.status == JobStatus::Running {
+            99
+        } else {
+            100
+        };
         match self.item_count {
-            Some(count) if count > 0 => (self.item_progress * 100 / count).clamp(0, 100),
+            Some(count) if count > 0 => (self.item_progress * 100 / count).clamp(0, most),
             Some(_) if self.status == JobStatus::Completed => 100,
             _ => 0,
         }
@@ -239,15 +245,20 @@ impl JobView {
         }
     }
 
-    /// "x of y rows", with thousands separators; `None` while the row count is unknown.
+    /// "x of y rows", with thousands separators; "x rows so far" while the row count is
+    /// unknown (a workbook's sheet is imported as it is read); `None` before any row.
     pub fn rows_line(&self) -> Option<String> {
-        self.item_count.map(|count| {
-            format!(
+        match self.item_count {
+            Some(count) => Some(format!(
                 "{} of {} rows",
                 thousands(self.item_progress),
                 thousands(count)
-            )
-        })
+            )),
+            None if self.item_progress > 0 => {
+                Some(format!("{} rows so far", thousands(self.item_progress)))
+            }
+            None => None,
+        }
     }
 }
 
@@ -339,6 +350,24 @@ mod tests {
         assert_eq!(job(JobStatus::Running, None, 0).percent(), 0);
         assert_eq!(job(JobStatus::Running, Some(3), 2).percent(), 66);
         assert_eq!(job(JobStatus::Completed, Some(0), 0).percent(), 100);
+        // A declared count that was short: never 100% before the end.
+        assert_eq!(job(JobStatus::Running, Some(100), 120).percent(), 99);
+        assert_eq!(job(JobStatus::Completed, Some(120), 120).percent(), 100);
+    }
+
+    #[test]
+    fn rows_so_far_while_the_count_is_unknown() {
+        assert_eq!(job(JobStatus::Running, None, 0).rows_line(), None);
+        assert_eq!(
+            job(JobStatus::Running, None, 12345).rows_line().as_deref(),
+            Some("12,345 rows so far")
+        );
+        assert_eq!(
+            job(JobStatus::Running, Some(20000), 12345)
+                .rows_line()
+                .as_deref(),
+            Some("12,345 of 20,000 rows")
+        );
     }
 
     #[test]

@@ -81,6 +81,7 @@ fn JobRow(job: JobView, rows: RwSignal<Vec<JobView>>) -> impl IntoView {
             thousands(job.item_progress),
             thousands(count)
         ),
+        None if job.item_progress > 0 => format!("{} rows so far", thousands(job.item_progress)),
         None => "-".to_owned(),
     };
     view! {

@@ -118,10 +118,12 @@ pub async fn run(
         match next {
             Found::Announced(converted) => announced = Some(converted),
             Found::Header { delimiter, columns } => {
-                let header_row = announced.as_ref().map_or(1, |a: &Converted| a.header_row);
-                let sheet = announced.as_ref().map_or("", |a| a.sheet.as_str());
-                match start_format(engine, job_id, job, delimiter, columns, header_row, sheet).await
-                {
+                let Some(announced) = &announced else {
+                    break Some(Stopped::Task(
+                        std::io::Error::other("the header came before the announcement").into(),
+                    ));
+                };
+                match start_format(engine, job_id, job, delimiter, columns, announced).await {
                     Ok(Ok(ready)) => format = Some(Arc::new(ready)),
                     Ok(Err(reason)) => break Some(Stopped::File(reason)),
                     Err(err) => break Some(Stopped::Task(err)),
@@ -211,12 +213,11 @@ async fn start_format(
     job: &ImportJob,
     delimiter: u8,
     columns: Vec<String>,
-    header_row: i64,
-    sheet: &str,
+    announced: &Converted,
 ) -> Result<Result<RowFormat, String>, TaskError> {
     let plan = Plan {
         delimiter,
-        header_row,
+        header_row: announced.header_row,
         columns,
         row_count: 0,
         chunks: Vec::new(),
@@ -226,7 +227,14 @@ async fn start_format(
         Ok(format) => format,
         Err(reason) => return Ok(Err(reason)),
     };
-    jobs::set_format(&mut tx, job_id, &format, sheet).await?;
+    jobs::set_format(
+        &mut tx,
+        job_id,
+        &format,
+        &announced.sheet,
+        announced.declared_rows,
+    )
+    .await?;
     tx.commit().await?;
     Ok(Ok(format))
 }

@@ -61,9 +61,13 @@ pub struct Converted {
     pub sheet: String,
     /// The sheet row (1-based) that holds the header: rows above it were empty.
     pub header_row: i64,
+    /// How many rows below the header the sheet says it has (an estimate until they are
+    /// read: an XLSX sheet's declared dimension may be missing or wrong).
+    #[serde(default)]
+    pub declared_rows: Option<i64>,
 }
 
-/// Where a chosen sheet's cells come from.
+/// Where a chosen sheet's cells come from, and the last row (0-based) it says it has.
 enum Cells {
     /// Read whole by calamine (XLS, ODS).
     Range(Range<Data>),
@@ -82,7 +86,7 @@ pub fn to_csv(
     out: impl Write,
 ) -> Result<Converted, ScanError> {
     let kind = Kind::of(&bytes).ok_or_else(|| FileError::NotCsv("Not a workbook.".into()))?;
-    let (name, cells) = match kind {
+    let (name, mut cells) = match kind {
         Kind::Zip if is_ods(&bytes) => {
             let mut zip = zip::ZipArchive::new(Cursor::new(&bytes[..])).map_err(unreadable)?;
             unzip::check_all(&mut zip).map_err(ReadError::from)?;
@@ -111,9 +115,13 @@ pub fn to_csv(
             (name, Cells::Range(range))
         }
     };
+    let last_row = match &mut cells {
+        Cells::Range(range) => range.end().map(|(row, _)| row),
+        Cells::Xlsx(book) => book.declared_last_row(&name)?,
+    };
     let mut out = SheetWriter::new(
         LimitedWriter::new(out, MAX_SHEET_CSV_BYTES),
-        announce.then(|| name.clone()),
+        announce.then(|| (name.clone(), last_row)),
     );
     match cells {
         Cells::Range(range) => write_range(&range, &mut out)?,
@@ -126,7 +134,15 @@ pub fn to_csv(
     Ok(Converted {
         sheet: name,
         header_row,
+        declared_rows: rows_below(last_row, header_row as u32 - 1),
     })
+}
+
+/// The rows a sheet says it has below its header (0-based rows).
+fn rows_below(last_row: Option<u32>, header_row: u32) -> Option<i64> {
+    last_row
+        .and_then(|last| last.checked_sub(header_row))
+        .map(i64::from)
 }
 
 /// An ODS zip starts with an uncompressed `mimetype` entry naming the format.
@@ -242,8 +258,9 @@ struct SheetWriter<W: Write> {
     out: Option<W>,
     /// …and then.
     started: Option<Started<W>>,
-    /// The sheet's name, to announce with the header row before the header (see [`to_csv`]).
-    announce: Option<String>,
+    /// The sheet's name and declared last row, to announce with the header row before the
+    /// header (see [`to_csv`]).
+    announce: Option<(String, Option<u32>)>,
     /// The sheet row being gathered (0-based).
     row: u32,
     /// Its values: by column once the header is known (the buffers are reused row after
@@ -264,7 +281,7 @@ struct Started<W: Write> {
 }
 
 impl<W: Write> SheetWriter<W> {
-    fn new(out: W, announce: Option<String>) -> Self {
+    fn new(out: W, announce: Option<(String, Option<u32>)>) -> Self {
         Self {
             out: Some(out),
             started: None,
@@ -364,10 +381,11 @@ impl<W: Write> SheetWriter<W> {
         let Some(mut out) = self.out.take() else {
             return Ok(());
         };
-        if let Some(sheet) = self.announce.take() {
+        if let Some((sheet, last_row)) = self.announce.take() {
             let converted = Converted {
                 sheet,
                 header_row: self.row as i64 + 1,
+                declared_rows: rows_below(last_row, self.row),
             };
             serde_json::to_writer(&mut out, &converted).map_err(io::Error::from)?;
             out.write_all(b"\n").map_err(write_error_io)?;
@@ -511,8 +529,12 @@ mod tests {
     #[test]
     fn an_xlsx_sheet_becomes_csv_with_iso_dates_and_cached_values() {
         let (converted, csv) = convert(&people_xlsx(), None).unwrap();
-        assert_eq!(converted.sheet, "People");
-        assert_eq!(converted.header_row, 3);
+        let expected = Converted {
+            sheet: "People".into(),
+            header_row: 3,
+            declared_rows: Some(3),
+        };
+        assert_eq!(converted, expected);
         assert_eq!(
             csv,
             "name,age,joined,active\n\
@@ -520,6 +542,14 @@ mod tests {
              ,,,\n\
              Rui,42.5,2023-06-01 12:30:00,false,a note\n"
         );
+
+        // For a reader of the stream, the same comes first, as a line of JSON.
+        let mut announced = Vec::new();
+        to_csv(people_xlsx(), None, true, &mut announced).unwrap();
+        let (line, rest) =
+            announced.split_at(announced.iter().position(|&b| b == b'\n').unwrap() + 1);
+        assert_eq!(serde_json::from_slice::<Converted>(line).unwrap(), expected);
+        assert_eq!(rest, csv.as_bytes());
     }
 
     #[test]

@@ -316,20 +316,26 @@ impl ImportJob {
     }
 }
 
-/// Records how a streamed sheet's chunks read their rows (see `jobs::sheet`), and the sheet
-/// chosen, before its first chunk is written.
+/// Records how a streamed sheet's chunks read their rows (see `jobs::sheet`), the sheet
+/// chosen and, until the plan is sealed with the real count, the rows the sheet says it has
+/// (so progress shows a percentage), before its first chunk is written.
 pub async fn set_format(
     conn: &mut PgConnection,
     id: Uuid,
     format: &RowFormat,
     sheet: &str,
+    declared_rows: Option<i64>,
 ) -> sqlx::Result<()> {
-    sqlx::query("update jobs set row_format = $2, sheet = $3 where id = $1 and status = 'running'")
-        .bind(id)
-        .bind(sqlx::types::Json(format))
-        .bind(sheet)
-        .execute(conn)
-        .await?;
+    sqlx::query(
+        "update jobs set row_format = $2, sheet = $3, item_count = coalesce($4, item_count)
+         where id = $1 and status = 'running' and not sealed",
+    )
+    .bind(id)
+    .bind(sqlx::types::Json(format))
+    .bind(sheet)
+    .bind(declared_rows)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

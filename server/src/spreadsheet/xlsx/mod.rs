@@ -131,6 +131,24 @@ impl Workbook {
         self.sheets.iter().map(|(name, _)| name.clone()).collect()
     }
 
+    /// The last row (0-based) the sheet says it uses (its `<dimension>`, which writers may
+    /// leave out or get wrong): read from the start of the sheet only.
+    pub fn declared_last_row(&mut self, sheet: &str) -> Result<Option<u32>, ReadError> {
+        let mut xml = sheet_part(&mut self.zip, &mut self.budget, &self.sheets, sheet)?;
+        loop {
+            match xml.next()? {
+                Event::Start(tag) if tag.name == b"dimension" => {
+                    let reference = tag.attr(b"ref").unwrap_or_default();
+                    let last = reference.rsplit(|&b| b == b':').next().unwrap_or_default();
+                    return Ok(cell_ref(last).ok().map(|(row, _)| row));
+                }
+                Event::Start(tag) if tag.name == b"sheetData" => return Ok(None),
+                Event::Eof => return Ok(None),
+                _ => {}
+            }
+        }
+    }
+
     /// Calls `each` with every cell that has a value, in row order, until it breaks.
     pub fn cells(
         &mut self,
@@ -145,14 +163,7 @@ impl Workbook {
             styles,
             strings,
         } = self;
-        let path = &sheets
-            .iter()
-            .find(|(name, _)| name == sheet)
-            .ok_or_else(|| damaged("a sheet is listed but missing"))?
-            .1;
-        let Some(mut xml) = part(zip, budget, path)? else {
-            return Err(damaged("a sheet's part is missing").into());
-        };
+        let mut xml = sheet_part(zip, budget, sheets, sheet)?;
         let mut in_data = false;
         let (mut row, mut next_row, mut next_col) = (0u32, 0u32, 0u32);
         let (mut value, mut inline, mut scratch, mut text) =
@@ -576,6 +587,21 @@ fn read_workbook(
             _ => {}
         }
     }
+}
+
+/// The part of the sheet named `sheet`.
+fn sheet_part<'a>(
+    zip: &'a mut ZipArchive<Cursor<Vec<u8>>>,
+    budget: &'a mut Budget,
+    sheets: &[(String, String)],
+    sheet: &str,
+) -> Result<XmlReader<impl Read + 'a>, ReadError> {
+    let path = &sheets
+        .iter()
+        .find(|(name, _)| name == sheet)
+        .ok_or_else(|| damaged("a sheet is listed but missing"))?
+        .1;
+    part(zip, budget, path)?.ok_or_else(|| damaged("a sheet's part is missing"))
 }
 
 /// The part at `path` (matched without regard to case, as some writers differ), ready to read
