@@ -503,7 +503,8 @@ async fn stop_over_row_error_limit(conn: &mut PgConnection, id: Uuid) -> sqlx::R
                                  else max_row_errors_percent::text || '% of the rows' end)
          where id = $1 and status = 'running'
            and (rows_failed > max_row_errors
-                or rows_failed * 100.0 > max_row_errors_percent * item_count)
+                -- A streamed sheet's count is only what it declares until it is sealed.
+                or sealed and rows_failed * 100.0 > max_row_errors_percent * item_count)
          returning version",
     )
     .bind(id)

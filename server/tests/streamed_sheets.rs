@@ -1,0 +1,350 @@
+//! Streamed workbook imports, with real `server worker` processes (and their real `server
+//! convert` children) against a real PostgreSQL: a worker killed with SIGKILL while a sheet
+//! streams leaves a job that the next worker finishes with every row counted and stored once
+//! (the chunks recorded before the kill are skipped, not written again); a header that does not
+//! fit the dataset's schema fails the job before any chunk or row is written; and a cancel while
+//! streaming stops the stream with exact counts, after which a retry writes only the chunks not
+//! yet done and ends with exact counts.
+
+mod support;
+
+use std::{future::Future, time::Duration};
+
+use app::model::{JobStatus, JobView};
+use reqwest::StatusCode;
+use rust_xlsxwriter::Workbook;
+use serde_json::json;
+use support::{PATIENCE, TestDb, TestServer, WorkerProcess, stored_rows, worker_args};
+use uuid::Uuid;
+
+/// Rows per chunk: small, so a sheet of a few thousand rows streams as many chunks.
+const CHUNK_ROWS: usize = 200;
+
+/// A worker that loses its lease quickly once it is gone: the reaper frees the plan of a
+/// killed worker about a second later.
+const SHORT_LEASE: &[(&str, &str)] = &[
+    ("CONVEYOR_LEASE_SECS", "1"),
+    ("CONVEYOR_HEARTBEAT_SECS", "0.2"),
+];
+
+/// An XLSX workbook of one sheet: the header `id,name,email,amount` and `rows` rows, each
+/// different from every other.
+fn sheet_xlsx(rows: u32) -> Vec<u8> {
+    sheet_with_header(&["id", "name", "email", "amount"], rows)
+}
+
+/// An XLSX workbook of one sheet: `header`, then `rows` rows whose cells are numbers in the
+/// first and last columns and text in the others.
+fn sheet_with_header(header: &[&str], rows: u32) -> Vec<u8> {
+    let mut book = Workbook::new();
+    let sheet = book.add_worksheet().set_name("Data").unwrap();
+    let last = header.len() - 1;
+    for (col, name) in header.iter().enumerate() {
+        sheet.write_string(0, col as u16, *name).unwrap();
+    }
+    for i in 1..=rows {
+        for (col, name) in header.iter().enumerate() {
+            let col16 = col as u16;
+            if col == 0 {
+                sheet.write_number(i, col16, i).unwrap();
+            } else if col == last {
+                sheet
+                    .write_number(i, col16, f64::from(i) * 1.25 + 0.5)
+                    .unwrap();
+            } else {
+                sheet
+                    .write_string(i, col16, format!("{name}{i}@example.com"))
+                    .unwrap();
+            }
+        }
+    }
+    book.save_to_buffer().unwrap()
+}
+
+/// The chunks recorded for a job, by number, with when each was recorded done.
+async fn recorded_chunks(db: &TestDb, job_id: Uuid) -> Vec<(i32, String)> {
+    sqlx::query_as(
+        "select chunk_no, done_at::text from job_chunks where job_id = $1 and state = 'done'
+         order by chunk_no",
+    )
+    .bind(job_id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// The job's rows in `job_chunks` (a streamed chunk gets one only with its rows).
+async fn job_chunks(db: &TestDb, job_id: Uuid) -> i64 {
+    sqlx::query_scalar("select count(*) from job_chunks where job_id = $1")
+        .bind(job_id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// Rows of the job stored with distinct contents (each row of the sheets here differs).
+async fn distinct_records(db: &TestDb, job_id: Uuid) -> i64 {
+    sqlx::query_scalar(
+        "select count(distinct r.record) from dataset_rows r
+         join jobs j on r.pos >> 32 = j.seq where j.id = $1",
+    )
+    .bind(job_id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// Every row a dataset holds, whichever job wrote it.
+async fn dataset_rows(db: &TestDb, dataset: &str) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from dataset_rows r join datasets d on d.id = r.dataset_id
+         where d.name = $1",
+    )
+    .bind(dataset)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// Whether the job's plan is sealed: for a streamed sheet, once every chunk was written.
+async fn sealed(db: &TestDb, job_id: Uuid) -> bool {
+    sqlx::query_scalar("select sealed from jobs where id = $1")
+        .bind(job_id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// Whether a worker holds the lease of the job's own step (its plan, which streams the sheet).
+async fn plan_leased(db: &TestDb, job_id: Uuid) -> bool {
+    sqlx::query_scalar("select lease_owner is not null from jobs where id = $1")
+        .bind(job_id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// Polls `condition` (state that changes without a notification) until it holds; fails the
+/// test after [`PATIENCE`].
+async fn until<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "waited {PATIENCE:?} for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The job completed with each of `rows` rows counted once, its chunks all recorded, and each
+/// row stored once.
+async fn completed_exactly(db: &TestDb, done: &JobView, rows: usize) {
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    let chunks = rows.div_ceil(CHUNK_ROWS) as i64;
+    let rows = rows as i64;
+    assert_eq!(
+        (
+            done.item_count,
+            done.item_progress,
+            done.rows_ok,
+            done.rows_failed
+        ),
+        (Some(rows), rows, rows, 0),
+        "{done:?}"
+    );
+    assert_eq!(
+        (done.chunks_total, done.chunks_done),
+        (chunks as i32, chunks as i32),
+        "{done:?}"
+    );
+    assert_eq!(job_chunks(db, done.id).await, chunks, "job_chunks rows");
+    assert_eq!(
+        stored_rows(&db.pool, done.id).await,
+        (rows, rows),
+        "rows stored, and distinct positions"
+    );
+    assert_eq!(distinct_records(db, done.id).await, rows, "distinct rows");
+}
+
+/// The chunks recorded before an interruption were left as they were (skipped by the next run,
+/// not recorded, nor their rows written, again).
+async fn kept(db: &TestDb, job_id: Uuid, before: &[(i32, String)]) {
+    let after = recorded_chunks(db, job_id).await;
+    for chunk in before {
+        assert!(
+            after.contains(chunk),
+            "chunk {} recorded before the interruption was recorded again",
+            chunk.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_workbook_import_killed_mid_stream_counts_every_row_once() {
+    const ROWS: usize = 30_000;
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let job = server
+        .import("killed.xlsx", sheet_xlsx(ROWS as u32), "killed")
+        .await;
+    let mut events = server.events(job.id, None).await;
+
+    let worker = WorkerProcess::start_with(&db, CHUNK_ROWS, SHORT_LEASE);
+    // Chunks are counted as they are written, long before the job knows its total.
+    until("3 chunks recorded", || async {
+        job_chunks(&db, job.id).await >= 3
+    })
+    .await;
+    worker.kill_9();
+    let at_kill = server.job(job.id).await;
+    assert_eq!(
+        at_kill.status,
+        JobStatus::Running,
+        "the job must still be streaming when its worker dies (make the sheet bigger): \
+         {at_kill:?}"
+    );
+    assert!(
+        !sealed(&db, job.id).await,
+        "the sheet was still streaming: the job is not sealed"
+    );
+    let before = recorded_chunks(&db, job.id).await;
+    assert!(before.len() >= 3, "{before:?}");
+    assert!(
+        before.len() < ROWS / CHUNK_ROWS,
+        "not every chunk was written before the kill"
+    );
+    assert_eq!(at_kill.chunks_done as usize, before.len());
+    assert_eq!(at_kill.rows_ok as usize, before.len() * CHUNK_ROWS);
+
+    // The dead worker's lease on the plan runs out; the reaper queues the plan again and the
+    // second worker converts the sheet again, skipping what was recorded.
+    let _survivor = WorkerProcess::start_with(&db, CHUNK_ROWS, SHORT_LEASE);
+    let done = events
+        .until(|job| job.status.is_finished())
+        .await
+        .pop()
+        .unwrap()
+        .job;
+    completed_exactly(&db, &done, ROWS).await;
+    kept(&db, job.id, &before).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_workbook_whose_header_does_not_fit_fails_before_any_row() {
+    const ROWS: u32 = 5_000;
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(CHUNK_ROWS))).await;
+    let created = server
+        .post_json(
+            "/api/datasets",
+            json!({
+                "name": "typed",
+                "key": "id",
+                "columns": [
+                    { "name": "id", "type": "integer" },
+                    { "name": "email", "type": "email", "required": true },
+                    { "name": "amount", "type": "decimal" }
+                ]
+            }),
+        )
+        .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+
+    // No `email` (required), and a `colour` the dataset does not have.
+    let wrong = sheet_with_header(&["id", "colour", "amount"], ROWS);
+    let job = server.import("wrong.xlsx", wrong, "typed").await;
+    let failed = server.finished(job.id).await;
+    assert_eq!(failed.status, JobStatus::Failed, "{failed:?}");
+    let error = failed.error.clone().unwrap();
+    assert!(error.contains("missing required columns: email"), "{error}");
+    assert!(
+        error.contains("columns the dataset does not have: colour"),
+        "{error}"
+    );
+    assert_eq!(
+        (
+            failed.chunks_done,
+            failed.rows_ok,
+            failed.rows_failed,
+            failed.item_progress
+        ),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(job_chunks(&db, job.id).await, 0, "no chunk recorded");
+    assert_eq!(stored_rows(&db.pool, job.id).await, (0, 0));
+    assert_eq!(dataset_rows(&db, "typed").await, 0);
+
+    // The same sheet with a header that fits streams into the same dataset.
+    let fits = sheet_with_header(&["id", "email", "amount"], ROWS);
+    let job = server.import("fits.xlsx", fits, "typed").await;
+    let done = server.finished(job.id).await;
+    completed_exactly(&db, &done, ROWS as usize).await;
+    assert_eq!(dataset_rows(&db, "typed").await, i64::from(ROWS));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_workbook_import_retries_to_exact_counts() {
+    const ROWS: usize = 30_000;
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let job = server
+        .import("cancelled.xlsx", sheet_xlsx(ROWS as u32), "cancelled")
+        .await;
+    let _worker = WorkerProcess::start_with(&db, CHUNK_ROWS, SHORT_LEASE);
+    until("a chunk recorded", || async {
+        job_chunks(&db, job.id).await >= 1
+    })
+    .await;
+
+    let response = server
+        .post_json(&format!("/api/jobs/{}/cancel", job.id), json!({}))
+        .await;
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "the job must still be streaming when it is cancelled (make the sheet bigger)"
+    );
+    let cancelled: JobView = response.json().await.unwrap();
+    assert_eq!(cancelled.status, JobStatus::Cancelled);
+    assert!(!sealed(&db, job.id).await, "cancelled while streaming");
+    // The plan notices at its next heartbeat, stops the stream and gives its lease back.
+    until("the plan to stop and give back its lease", || async {
+        !plan_leased(&db, job.id).await
+    })
+    .await;
+    let after = server.job(job.id).await;
+    assert_eq!(after.status, JobStatus::Cancelled);
+    assert_eq!(
+        after.chunks_done, cancelled.chunks_done,
+        "no chunk committed after the cancel"
+    );
+    let before = recorded_chunks(&db, job.id).await;
+    assert!(!before.is_empty());
+    assert_eq!(
+        before.len(),
+        after.chunks_done as usize,
+        "every recorded chunk is counted, and only those"
+    );
+    assert!(before.len() < ROWS / CHUNK_ROWS, "stopped before the end");
+    assert_eq!(after.rows_ok as usize, before.len() * CHUNK_ROWS);
+    assert_eq!(
+        stored_rows(&db.pool, job.id).await,
+        (after.rows_ok, after.rows_ok)
+    );
+
+    let retried = server
+        .post_json(&format!("/api/jobs/{}/retry", job.id), json!({}))
+        .await;
+    assert_eq!(retried.status(), StatusCode::OK);
+    let done = server.finished(job.id).await;
+    completed_exactly(&db, &done, ROWS).await;
+    kept(&db, job.id, &before).await;
+    server.stop().await;
+}
