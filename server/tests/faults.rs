@@ -9,10 +9,10 @@ mod support;
 
 use std::time::Duration;
 
-use app::model::{JobStatus, JobView};
+use app::model::JobStatus;
 use reqwest::StatusCode;
 use serde_json::json;
-use support::{TestDb, TestServer, WorkerProcess, csv, stored_rows};
+use support::{TestDb, TestServer, WorkerProcess, completed_exactly, csv, stored_rows, until};
 use uuid::Uuid;
 
 /// Makes every insert into `dataset_rows` run `body` (PL/pgSQL) first.
@@ -41,14 +41,6 @@ async fn drop_trigger(db: &TestDb) {
         .unwrap();
 }
 
-/// The job completed, with every one of `rows` rows counted and stored once.
-async fn completed_exactly(db: &TestDb, done: &JobView, rows: usize) {
-    assert_eq!(done.status, JobStatus::Completed, "{:?}", done.error);
-    let rows = rows as i64;
-    assert_eq!((done.rows_ok, done.item_progress), (rows, rows));
-    assert_eq!(stored_rows(&db.pool, done.id).await, (rows, rows));
-}
-
 /// Chunks of the job whose lease is held.
 async fn leased_chunks(db: &TestDb, job_id: Uuid) -> i64 {
     sqlx::query_scalar(
@@ -58,19 +50,6 @@ async fn leased_chunks(db: &TestDb, job_id: Uuid) -> i64 {
     .fetch_one(&db.pool)
     .await
     .unwrap()
-}
-
-/// Waits until no chunk of the job is leased. Leases change without a notification, so this
-/// polls the table, with a deadline.
-async fn until_no_lease(db: &TestDb, job_id: Uuid) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while leased_chunks(db, job_id).await > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "leases still held after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]
@@ -127,7 +106,10 @@ async fn cancel_stops_running_chunks_and_retry_resumes_exactly() {
     let cancelled: app::model::JobView = response.json().await.unwrap();
     assert_eq!(cancelled.status, JobStatus::Cancelled);
     // Running chunks notice at their next heartbeat and stop without committing.
-    until_no_lease(&db, job.id).await;
+    until("no chunk leased", || async {
+        leased_chunks(&db, job.id).await == 0
+    })
+    .await;
     let after = server.job(job.id).await;
     assert_eq!(after.status, JobStatus::Cancelled);
     assert_eq!(

@@ -4,11 +4,12 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 use std::{
+    future::Future,
     process::{Child, Command, Stdio},
     time::Duration,
 };
 
-use app::model::JobView;
+use app::model::{JobStatus, JobView};
 use futures::StreamExt;
 use reqwest::{Client, StatusCode, multipart};
 use serde_json::{Value, json};
@@ -487,4 +488,33 @@ pub async fn stored_rows(pool: &PgPool, job_id: Uuid) -> (i64, i64) {
     .fetch_one(pool)
     .await
     .unwrap()
+}
+
+/// The job completed, with every one of `rows` rows counted and stored once.
+pub async fn completed_exactly(db: &TestDb, done: &JobView, rows: usize) {
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    let rows = rows as i64;
+    assert_eq!((done.rows_ok, done.item_progress), (rows, rows), "{done:?}");
+    assert_eq!(
+        stored_rows(&db.pool, done.id).await,
+        (rows, rows),
+        "rows stored, and distinct positions"
+    );
+}
+
+/// Polls `condition` (state that changes without a notification) until it holds; fails the
+/// test after [`PATIENCE`].
+pub async fn until<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !condition().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "waited {PATIENCE:?} for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
