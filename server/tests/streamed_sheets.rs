@@ -5,15 +5,30 @@
 //! fit the dataset's schema fails the job before any chunk or row is written; and a cancel while
 //! streaming stops the stream with exact counts, after which a retry writes only the chunks not
 //! yet done and ends with exact counts.
+//!
+//! And the edges, with the plan run directly (some with a shell script as the converter): a
+//! converter that dies mid-row leaves its last chunk unwritten; one stopped by SIGTERM is an
+//! error of the run (tried again), not of the file; a chunk cut differently by an earlier run
+//! fails the job rather than miscount; two runs recording the same chunk record it once; and a
+//! retried sheet over its error percentage fails again instead of staying running.
 
 mod support;
+
+use std::{os::unix::fs::PermissionsExt, path::PathBuf};
 
 use app::model::{JobStatus, JobView};
 use reqwest::StatusCode;
 use rust_xlsxwriter::Workbook;
 use serde_json::json;
+use server::{
+    config::WorkerArgs,
+    jobs::{Engine, plan},
+    spreadsheet::ChunkSpan,
+    store::chunks::{self, Recorded},
+};
 use support::{
-    TestDb, TestServer, WorkerProcess, completed_exactly, stored_rows, until, worker_args,
+    TestDb, TestServer, WorkerProcess, completed_exactly, never_stop, stored_rows, until,
+    worker_args,
 };
 use uuid::Uuid;
 
@@ -324,5 +339,165 @@ async fn a_cancelled_workbook_import_retries_to_exact_counts() {
     let done = server.finished(job.id).await;
     completed_in_chunks(&db, &done, ROWS).await;
     kept(&db, job.id, &before).await;
+    server.stop().await;
+}
+
+/// An engine whose converter is `script` (a shell script standing in for `server convert`).
+fn engine_converting_with(db: &TestDb, script: &str, chunk_rows: usize) -> (Engine, PathBuf) {
+    let path = std::env::temp_dir().join(format!("conveyor-converter-{}.sh", Uuid::new_v4()));
+    std::fs::write(&path, format!("#!/bin/sh\ncat > /dev/null\n{script}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let args = WorkerArgs {
+        converter: Some(path.clone()),
+        ..worker_args(chunk_rows)
+    };
+    (Engine::new(db.pool.clone(), &args).unwrap(), path)
+}
+
+/// The announcement and CSV a converter writes for [`sheet_xlsx`], cut short in the middle of
+/// its third row.
+const CUT_SHORT: &str =
+    r#"printf '{"sheet":"Data","headerRow":1}\nid,name,email,amount\n1,n,e,1\n2,n,e,2\n3,n'"#;
+
+#[tokio::test]
+async fn a_converter_that_dies_mid_row_leaves_its_last_chunk_unwritten() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let job = server.import("cut.xlsx", sheet_xlsx(3), "cut").await;
+    let (engine, script) = engine_converting_with(&db, &format!("{CUT_SHORT}\nexit 1"), 2);
+
+    plan::run(&engine, job.id, never_stop()).await.unwrap();
+    let failed = server.job(job.id).await;
+    assert_eq!(failed.status, JobStatus::Failed, "{failed:?}");
+    assert!(failed.error.unwrap().contains("could not be read"));
+    // The first chunk (rows 1 and 2) was whole and went in; the last one ("3,n") did not.
+    assert_eq!(stored_rows(&db.pool, job.id).await, (2, 2));
+    std::fs::remove_file(script).unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_converter_stopped_by_sigterm_is_retried_not_failed() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let job = server
+        .import("stopped.xlsx", sheet_xlsx(3), "stopped")
+        .await;
+    let (engine, script) = engine_converting_with(&db, &format!("{CUT_SHORT}\nkill -TERM $$"), 2);
+
+    let run = plan::run(&engine, job.id, never_stop()).await;
+    assert!(
+        run.is_err(),
+        "a stopped converter is an error of the run, to try again"
+    );
+    let after = server.job(job.id).await;
+    assert_eq!(after.status, JobStatus::Running, "{after:?}");
+    assert_eq!(stored_rows(&db.pool, job.id).await.0, 2);
+
+    // The next run (here with the real converter) finishes the job, skipping the chunk written.
+    let engine = Engine::new(db.pool.clone(), &worker_args(2)).unwrap();
+    plan::run(&engine, job.id, never_stop()).await.unwrap();
+    let done = server.job(job.id).await;
+    assert_eq!(
+        (done.status, done.rows_ok),
+        (JobStatus::Completed, 3),
+        "{done:?}"
+    );
+    assert_eq!(stored_rows(&db.pool, job.id).await, (3, 3));
+    std::fs::remove_file(script).unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_chunk_cut_differently_by_an_earlier_run_fails_the_job_instead_of_miscounting() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let job = server.import("recut.xlsx", sheet_xlsx(1000), "recut").await;
+    // As if a worker with 150 rows per chunk had written the first chunk before dying.
+    sqlx::query(
+        "insert into job_chunks (job_id, chunk_no, first_row, row_count, byte_start, byte_end,
+                                 state, done_at)
+         values ($1, 0, 1, 150, 0, 0, 'done', now())",
+    )
+    .bind(job.id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    let engine = Engine::new(db.pool.clone(), &worker_args(CHUNK_ROWS)).unwrap();
+    plan::run(&engine, job.id, never_stop()).await.unwrap();
+    let failed = server.job(job.id).await;
+    assert_eq!(failed.status, JobStatus::Failed, "{failed:?}");
+    assert!(failed.error.unwrap().contains("cut differently"));
+    assert_eq!(stored_rows(&db.pool, job.id).await, (0, 0));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn two_runs_writing_the_same_chunk_record_it_once() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let job = server.import("race.xlsx", sheet_xlsx(10), "race").await;
+    let span = ChunkSpan {
+        first_row: 1,
+        row_count: 10,
+        byte_start: 0,
+        byte_end: 100,
+    };
+    let mut first = db.pool.begin().await.unwrap();
+    let recorded = chunks::record_done(&mut first, job.id, 0, &span).await;
+    assert_eq!(recorded.unwrap(), Recorded::New);
+    // A second run (a stalled worker's, say) records the same chunk: it waits on the first's
+    // insert, and once that commits, finds the chunk done by it.
+    let pool = db.pool.clone();
+    let second = tokio::spawn(async move {
+        let mut second = pool.begin().await.unwrap();
+        chunks::record_done(&mut second, job.id, 0, &span).await
+    });
+    until("the second run waiting on the first", || async {
+        sqlx::query_scalar::<_, i64>(
+            "select count(*) from pg_stat_activity where datname = current_database()
+             and wait_event_type = 'Lock' and query like 'insert into job_chunks%'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+            == 1
+    })
+    .await;
+    first.commit().await.unwrap();
+    assert_eq!(second.await.unwrap().unwrap(), Recorded::Before);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_retried_sheet_over_its_error_percentage_fails_again_instead_of_hanging() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(CHUNK_ROWS))).await;
+    let created = server
+        .post_json(
+            "/api/datasets",
+            json!({"name": "all_bad", "columns": [
+                {"name": "id", "type": "integer"}, {"name": "name", "type": "integer"},
+                {"name": "email", "type": "email"}, {"name": "amount", "type": "decimal"}]}),
+        )
+        .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    // Every row's "name" is text, not the integer the dataset wants: every row is in error,
+    // which only the real row count, at the end of the sheet, puts over the percentage.
+    let request = json!({ "dataset": "all_bad", "maxRowErrors": "5%" });
+    let job = server
+        .import_with("bad.xlsx", sheet_xlsx(1000), request)
+        .await;
+    let failed = server.finished(job.id).await;
+    assert_eq!(failed.status, JobStatus::Failed, "{failed:?}");
+    assert!(failed.error.unwrap().contains("Stopped after"));
+
+    let retried = server
+        .post_json(&format!("/api/jobs/{}/retry", job.id), json!({}))
+        .await;
+    assert_eq!(retried.status(), StatusCode::OK);
+    let again = server.finished(job.id).await;
+    assert_eq!(again.status, JobStatus::Failed, "{again:?}");
     server.stop().await;
 }

@@ -120,16 +120,19 @@ pub async fn run_streamed(
     match chunks::record_done(&mut tx, job_id, chunk_no, &span).await? {
         Recorded::New => {}
         Recorded::Before => return Ok(Ok(())),
-        Recorded::Different => {
-            return Ok(Err(format!(
-                "Part {} of the sheet was cut differently by an earlier run of this import \
-                 (are workers running with different CONVEYOR_CHUNK_ROWS?). Import the file \
-                 again.",
-                chunk_no + 1
-            )));
-        }
+        Recorded::Different => return Ok(Err(cut_differently(chunk_no))),
     }
     write(tx, job_id, job, keyed, &parsed, stop).await.map(Ok)
+}
+
+/// Why a streamed import cannot go on when an earlier run cut its sheet into other chunks: the
+/// rows of the chunks it recorded would not line up with this run's.
+pub fn cut_differently(chunk_no: i32) -> String {
+    format!(
+        "Part {} of the sheet was cut differently by an earlier run of this import (are workers \
+         running with different CONVEYOR_CHUNK_ROWS?). Import the file again.",
+        chunk_no + 1
+    )
 }
 
 /// Writes a done chunk's rows, row errors and counts, then commits, unless the job ended

@@ -11,6 +11,7 @@
 use std::{
     fs::File,
     io::{self, BufRead, Read, Write},
+    os::unix::process::ExitStatusExt,
     process::Stdio,
 };
 
@@ -95,10 +96,13 @@ impl Conversion {
         if let Some(sheet) = &job.sheet {
             command.arg("--sheet").arg(sheet);
         }
+        // Its own process group: a Ctrl-C meant for the worker's terminal is not the file's
+        // fault (the worker stops it when it stops).
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()?;
         let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
@@ -150,9 +154,15 @@ impl Conversion {
         let _ = self.child.kill().await;
     }
 
-    /// Waits for the child.
+    /// Waits for the child. Stopped by a signal asking it to stop (a deploy stopping every
+    /// process, say), it is an error of the run, tried again, not a verdict on the file.
     pub async fn finish(mut self) -> Result<Ended, TaskError> {
         let status = self.child.wait().await?;
+        if let Some(signal @ (libc::SIGHUP | libc::SIGINT | libc::SIGTERM)) = status.signal() {
+            return Err(
+                io::Error::other(format!("the converter was stopped (signal {signal})")).into(),
+            );
+        }
         self.feed.await??;
         let outcome = self
             .report

@@ -40,12 +40,18 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
         // Finished or cancelled before it started.
         None => return Ok(()),
     }
-    tx.commit().await?;
     if job.sealed {
         // Planned already: its chunks were queued with the plan (a retried job, started again
-        // just now, has them queued by the reaper).
+        // just now, has them queued by the reaper). A retried job with no chunk left to run
+        // (a streamed sheet, all written, that failed its row error limit at the end) ends
+        // here.
+        if let Some(version) = jobs::settle(&mut tx, job_id).await? {
+            notify::job_changed(&mut tx, job_id, version).await?;
+        }
+        tx.commit().await?;
         return Ok(());
     }
+    tx.commit().await?;
 
     let head = uploads::read_range(&engine.pool, job.upload_id, 0, 8).await?;
     if workbook::Kind::of(&head).is_some() {

@@ -12,7 +12,7 @@
 //! What this gives up: a sheet found damaged part-way fails its job with the rows before the
 //! damage already imported (a CSV file is checked whole before any row is written).
 
-use std::{collections::HashSet, io::BufReader, sync::Arc};
+use std::{io::BufReader, sync::Arc};
 
 use tokio::{sync::mpsc, task::JoinSet};
 use tokio_util::sync::CancellationToken;
@@ -73,7 +73,7 @@ pub async fn run(
     if let Some(reason) = convert::too_large(upload.size as u64) {
         return super::fail(pool, job_id, &reason.to_string()).await;
     }
-    let done: HashSet<i32> = chunks::numbers(pool, job_id).await?.into_iter().collect();
+    let recorded = chunks::recorded(pool, job_id).await?;
 
     let (mut conversion, csv_out) = Conversion::start(engine, job)?;
     let (found_tx, mut found) = mpsc::channel(2);
@@ -104,14 +104,23 @@ pub async fn run(
         Ok::<_, ScanError>(Some(plan))
     });
 
-    let mut writing = JoinSet::new();
+    let mut writers = Writers {
+        engine,
+        job_id,
+        job,
+        stop,
+        running: JoinSet::new(),
+    };
     let mut announced = None;
     let mut format: Option<Arc<RowFormat>> = None;
     let mut chunks_total = 0i32;
+    // The newest chunk waits for the next one: the last is written only once the converter
+    // has exited cleanly (a converter that dies may have cut its last row short).
+    let mut held: Option<Streamed> = None;
     let stopped = loop {
         let next = tokio::select! {
             biased;
-            () = stop.cancelled() => break Some(Stopped::Task(std::io::Error::other(pipe::STOPPED).into())),
+            () = stop.cancelled() => break Some(stopped_run()),
             next = found.recv() => next,
         };
         let Some(next) = next else { break None };
@@ -140,38 +149,41 @@ pub async fn run(
                         std::io::Error::other("a chunk came before the header").into(),
                     ));
                 };
-                if done.contains(&chunk_no) {
-                    continue;
+                if let Some(&before) = recorded.get(&chunk_no) {
+                    if chunks::cut_alike(before, &span) {
+                        continue;
+                    }
+                    break Some(Stopped::File(chunk::cut_differently(chunk_no)));
                 }
-                if writing.len() >= IN_FLIGHT
-                    && let Some(stopped) = joined(writing.join_next().await)
-                {
-                    break Some(stopped);
-                }
-                let (engine, job, stop) = (engine.clone(), job.clone(), stop.clone());
                 let chunk = Streamed {
                     chunk_no,
                     span,
                     bytes,
                 };
-                writing.spawn(async move {
-                    chunk::run_streamed(&engine, job_id, &job, format, chunk, &stop).await
-                });
+                if let Some(ready) = held.replace(chunk)
+                    && let Some(stopped) = writers.write(ready, &format).await
+                {
+                    break Some(stopped);
+                }
             }
         }
     };
     // Whatever happened, every chunk being written ends on its own (a write is never dropped
     // half-way: that would spoil its connection).
     drop(found);
-    let mut stopped = stopped;
-    while let Some(result) = writing.join_next().await {
-        stopped = stopped.or(joined(Some(result)));
-    }
+    let mut stopped = stopped.or(writers.wait_all().await);
     if stopped.is_some() {
         conversion.kill().await;
     }
     let scanned = reader.await?;
     let ended = conversion.finish().await?;
+    if stopped.is_none()
+        && let (Ended::Converted, Ok(Some(_))) = (&ended, &scanned)
+        && let (Some(last), Some(format)) = (held, &format)
+    {
+        stopped = writers.write(last, format).await;
+        stopped = stopped.or(writers.wait_all().await);
+    }
 
     if stop.is_cancelled() {
         return Err(std::io::Error::other(pipe::STOPPED).into());
@@ -193,6 +205,47 @@ pub async fn run(
         (None, Ended::Converted, Ok(Some(plan))) => plan,
     };
     seal(engine, job_id, format, plan, chunks_total).await
+}
+
+/// The error of a run told to stop.
+fn stopped_run() -> Stopped {
+    Stopped::Task(std::io::Error::other(pipe::STOPPED).into())
+}
+
+/// The chunks being written, at most [`IN_FLIGHT`] at once.
+struct Writers<'a> {
+    engine: &'a Engine,
+    job_id: Uuid,
+    job: &'a ImportJob,
+    stop: &'a CancellationToken,
+    running: JoinSet<chunk::Written>,
+}
+
+impl Writers<'_> {
+    /// Starts writing `chunk` once there is room; why the stream must stop, if a chunk that
+    /// ended meanwhile says so.
+    async fn write(&mut self, chunk: Streamed, format: &Arc<RowFormat>) -> Option<Stopped> {
+        if self.running.len() >= IN_FLIGHT
+            && let Some(stopped) = joined(self.running.join_next().await)
+        {
+            return Some(stopped);
+        }
+        let (engine, job, stop) = (self.engine.clone(), self.job.clone(), self.stop.clone());
+        let (job_id, format) = (self.job_id, format.clone());
+        self.running.spawn(async move {
+            chunk::run_streamed(&engine, job_id, &job, format, chunk, &stop).await
+        });
+        None
+    }
+
+    /// Waits for every chunk being written; the first reason to stop, if any.
+    async fn wait_all(&mut self) -> Option<Stopped> {
+        let mut stopped = None;
+        while let Some(result) = self.running.join_next().await {
+            stopped = stopped.or(joined(Some(result)));
+        }
+        stopped
+    }
 }
 
 /// A chunk's end: `None` if it was written (or skipped), else why the stream must stop.

@@ -20,6 +20,13 @@ pub fn number(float: f64, out: &mut String) {
 /// A date or date-time as `2024-01-15` or `2024-01-15 12:30:00`; a duration, or a date too far
 /// out to have a calendar date, as its number.
 pub fn date_time(when: ExcelDateTime, out: &mut String) {
+    // Beyond this many days (or not a number at all) the conversion overflows, and no
+    // calendar needs them.
+    const MOST_DAYS: f64 = 1e8;
+    let days = when.as_f64();
+    if days.is_nan() || days.abs() >= MOST_DAYS {
+        return number(days, out);
+    }
     match when.as_datetime() {
         Some(at) if !when.is_duration() => {
             // `NaiveDate` displays as `%Y-%m-%d`; the time is written to the second.

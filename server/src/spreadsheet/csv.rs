@@ -92,6 +92,18 @@ pub fn scan_each(
     while read(&mut reader, &mut record)? {
         record_no += 1;
         if is_blank(&record) {
+            // A long run of empty records ends the chunk before it (so no chunk grows past
+            // the limit on them), and outside a chunk their bytes are not kept.
+            let at = reader.position().byte();
+            if let Some(span) = current
+                && at - span.byte_start >= MAX_CHUNK_BYTES
+            {
+                current = None;
+                hand_over(span, &mut reader)?;
+            }
+            if current.is_none() {
+                reader.get_mut().get_mut().forget_to(at);
+            }
             continue;
         }
         row_count += 1;
@@ -141,6 +153,15 @@ impl<R> Recorder<R> {
             inner,
             kept: Vec::new(),
             kept_from: 0,
+        }
+    }
+
+    /// Drops the bytes before input offset `end` (no chunk will want them), a megabyte or more
+    /// at a time.
+    fn forget_to(&mut self, end: u64) {
+        if end - self.kept_from >= 1 << 20 {
+            self.kept.drain(..(end - self.kept_from) as usize);
+            self.kept_from = end;
         }
     }
 
@@ -429,6 +450,34 @@ mod tests {
                 text.as_bytes()[span.byte_start as usize..span.byte_end as usize]
             );
         }
+    }
+
+    #[test]
+    fn long_runs_of_empty_records_do_not_grow_a_chunk() {
+        let mut text = String::from("a,b\n1,x\n");
+        let blanks = (MAX_CHUNK_BYTES as usize) / 3 + 10;
+        text.push_str(&"\"\"\n".repeat(blanks));
+        text.push_str("2,y\n");
+        let mut largest = 0;
+        let plan = scan_each(text.as_bytes(), 10, |scanned| {
+            if let Scanned::Chunk { bytes, .. } = scanned {
+                largest = largest.max(bytes.len());
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(plan.row_count, 2);
+        let spans = super::scan(text.as_bytes(), 10).unwrap().chunks;
+        assert_eq!(
+            spans.len(),
+            2,
+            "the run of empty records ends the first chunk"
+        );
+        assert_eq!(spans[1].first_row, 2 + blanks as i64);
+        assert!(
+            largest < 1 << 10,
+            "chunks hold only their rows: {largest} bytes"
+        );
     }
 
     #[test]

@@ -272,6 +272,10 @@ struct SheetWriter<W: Write> {
     extra: Vec<String>,
 }
 
+/// An empty sheet row: one empty field (`""`), which the import skips but counts, whatever the
+/// sheet's width, so that a sheet of mostly empty rows stays small as CSV.
+const EMPTY_ROW: &[&str] = &[""];
+
 struct Started<W: Write> {
     csv: csv::Writer<W>,
     /// The header's sheet row (0-based), first column and width.
@@ -334,9 +338,8 @@ impl<W: Write> SheetWriter<W> {
     /// Writes the empty records for the rows between the last one and `row`.
     fn skip_to(&mut self, row: u32) -> Result<(), ScanError> {
         if let Some(started) = &mut self.started {
-            let empty = vec![""; started.width];
             for _ in self.row + 1..row {
-                started.csv.write_record(&empty).map_err(write_error)?;
+                started.csv.write_record(EMPTY_ROW).map_err(write_error)?;
             }
             self.fields.truncate(started.width);
             self.fields.iter_mut().for_each(String::clear);
@@ -346,7 +349,11 @@ impl<W: Write> SheetWriter<W> {
     }
 
     fn end_row(&mut self) -> Result<(), ScanError> {
+        let empty = self.extra.is_empty() && self.fields.iter().all(String::is_empty);
         match &mut self.started {
+            Some(started) if empty => {
+                started.csv.write_record(EMPTY_ROW).map_err(write_error)?;
+            }
             Some(started) if self.extra.is_empty() => {
                 started
                     .csv
@@ -539,7 +546,7 @@ mod tests {
             csv,
             "name,age,joined,active\n\
              Ana,31,2024-01-15,true\n\
-             ,,,\n\
+             \"\"\n\
              Rui,42.5,2023-06-01 12:30:00,false,a note\n"
         );
 
@@ -579,7 +586,7 @@ mod tests {
             (converted.sheet.as_str(), converted.header_row),
             ("Scores", 1)
         );
-        assert_eq!(csv, "name,score,on\n,,\nAna,9.5,2024-02-29\n");
+        assert_eq!(csv, "name,score,on\n\"\"\nAna,9.5,2024-02-29\n");
     }
 
     #[test]

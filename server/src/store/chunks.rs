@@ -1,5 +1,7 @@
 //! A job's chunks: the plan's row ranges, and the done-gate that makes each chunk count once.
 
+use std::collections::HashMap;
+
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -119,16 +121,11 @@ pub async fn record_done(
     chunk_no: i32,
     span: &ChunkSpan,
 ) -> sqlx::Result<Recorded> {
-    let (new, same): (bool, Option<bool>) = sqlx::query_as(
-        "with new as (
-             insert into job_chunks
-                 (job_id, chunk_no, first_row, row_count, byte_start, byte_end, state, done_at)
-             values ($1, $2, $3, $4, $5, $6, 'done', now())
-             on conflict (job_id, chunk_no) do nothing
-             returning 1)
-         select exists (select from new),
-                (select first_row = $3 and row_count = $4 from job_chunks
-                 where job_id = $1 and chunk_no = $2)",
+    let inserted = sqlx::query(
+        "insert into job_chunks
+             (job_id, chunk_no, first_row, row_count, byte_start, byte_end, state, done_at)
+         values ($1, $2, $3, $4, $5, $6, 'done', now())
+         on conflict (job_id, chunk_no) do nothing",
     )
     .bind(job_id)
     .bind(chunk_no)
@@ -136,19 +133,39 @@ pub async fn record_done(
     .bind(span.row_count)
     .bind(span.byte_start as i64)
     .bind(span.byte_end as i64)
-    .fetch_one(conn)
+    .execute(&mut *conn)
     .await?;
-    Ok(match (new, same) {
-        (true, _) => Recorded::New,
-        (false, Some(true)) => Recorded::Before,
-        (false, _) => Recorded::Different,
+    if inserted.rows_affected() == 1 {
+        return Ok(Recorded::New);
+    }
+    // A statement of its own: it sees the row another run committed while the insert waited.
+    let before: Option<(i64, i32)> = sqlx::query_as(
+        "select first_row, row_count from job_chunks where job_id = $1 and chunk_no = $2",
+    )
+    .bind(job_id)
+    .bind(chunk_no)
+    .fetch_optional(conn)
+    .await?;
+    Ok(match before {
+        Some(before) if cut_alike(before, span) => Recorded::Before,
+        _ => Recorded::Different,
     })
 }
 
-/// The numbers of the chunks a job has.
-pub async fn numbers(pool: &PgPool, job_id: Uuid) -> sqlx::Result<Vec<i32>> {
-    sqlx::query_scalar("select chunk_no from job_chunks where job_id = $1")
-        .bind(job_id)
-        .fetch_all(pool)
-        .await
+/// Whether a recorded chunk (its first row and row count) holds the same rows as `span`.
+pub fn cut_alike((first_row, row_count): (i64, i32), span: &ChunkSpan) -> bool {
+    (first_row, row_count) == (span.first_row, span.row_count)
+}
+
+/// The chunks a job has, by number: their first row and row count.
+pub async fn recorded(pool: &PgPool, job_id: Uuid) -> sqlx::Result<HashMap<i32, (i64, i32)>> {
+    let rows: Vec<(i32, i64, i32)> =
+        sqlx::query_as("select chunk_no, first_row, row_count from job_chunks where job_id = $1")
+            .bind(job_id)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(chunk_no, first_row, row_count)| (chunk_no, (first_row, row_count)))
+        .collect())
 }

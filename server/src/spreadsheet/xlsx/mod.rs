@@ -217,6 +217,8 @@ impl Workbook {
                     }
                     text.clear();
                     let shown = match kind {
+                        // Text in the cell itself is its value, whatever its `t` says.
+                        _ if !inline.is_empty() => &inline,
                         CellType::Number => {
                             let kind = styles.kind(style);
                             number_text(&value, kind, *date_1904, &mut text);
@@ -226,8 +228,7 @@ impl Workbook {
                         CellType::Shared => strings
                             .get(number(value.as_bytes())? as usize)
                             .ok_or_else(|| damaged("a cell refers to a missing shared string"))?,
-                        CellType::Inline if inline.is_empty() => &value,
-                        CellType::Inline => &inline,
+                        CellType::Inline => &value,
                         CellType::Bool => match value.trim() {
                             "1" | "true" => "true",
                             "0" | "false" => "false",
@@ -259,7 +260,7 @@ enum CellType {
     Number,
     /// An index into the shared strings.
     Shared,
-    /// Text in the cell itself (`<is>`).
+    /// Text in the cell itself (`<is>`; some writers put it in `<v>`).
     Inline,
     Bool,
     /// Text in `<v>`: a formula's text result (`str`), an error such as `#DIV/0!` (`e`), an
@@ -645,10 +646,14 @@ fn cell_ref(reference: &[u8]) -> Result<(u32, u32), ReadError> {
         if !b.is_ascii_alphabetic() {
             break;
         }
+        if letters == 3 {
+            // Past XFD, the last column there is.
+            return Err(bad());
+        }
         col = col * 26 + u32::from(b.to_ascii_uppercase() - b'A' + 1);
         letters += 1;
     }
-    if letters == 0 || letters > 3 {
+    if letters == 0 {
         return Err(bad());
     }
     let row = number(&reference[letters..]).map_err(|_| bad())?;
@@ -736,7 +741,8 @@ mod tests {
             <row r="6"><c r="A6" t="b"><v>1</v></c><c r="B6" t="b"><v>0</v></c>
               <c r="C6" t="e"><f>1/0</f><v>#DIV/0!</v></c><c r="D6" t="str"><f>"a"&amp;"b"</f><v>ab</v></c>
               <c r="E6" t="inlineStr"><is><t><![CDATA[<b>&</b>]]></t></is></c><c r="F6" t="d"><v>2024-02-29</v></c>
-              <c r="G6"><f>1+1</f></c></row>
+              <c r="G6"><f>1+1</f></c><c r="H6"><is><t>no type</t></is></c>
+              <c r="I6" s="1"><v>1e9</v></c></row>
             </x:sheetData><x:mergeCells><x:mergeCell ref="A1:B1"/></x:mergeCells></x:worksheet>"#;
         let got = cells(workbook(sheet), "First & only").unwrap();
         let expected = [
@@ -756,6 +762,9 @@ mod tests {
             (5, 3, "ab"),
             (5, 4, "<b>&</b>"),
             (5, 5, "2024-02-29"),
+            (5, 7, "no type"),
+            // A "date" no calendar has: its number.
+            (5, 8, "1000000000"),
         ];
         let expected: Vec<_> = expected
             .into_iter()
@@ -814,6 +823,10 @@ mod tests {
         for (sheet, expected) in [
             (
                 "<worksheet><sheetData><row><c r=\"1A\"><v>1</v></c></row></sheetData></worksheet>",
+                "malformed reference",
+            ),
+            (
+                "<worksheet><sheetData><row><c r=\"AAAAAAAAA1\"><v>1</v></c></row></sheetData></worksheet>",
                 "malformed reference",
             ),
             (

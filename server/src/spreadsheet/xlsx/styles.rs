@@ -25,10 +25,14 @@ impl Styles {
     pub fn read(xml: &mut XmlReader<impl Read>) -> Result<Styles, XmlError> {
         let mut custom = HashMap::new();
         let mut format_ids = Vec::new();
-        let mut in_cell_xfs = false;
+        // Both only where they define the cells' formats (`dxfs`, for conditional formats,
+        // holds `numFmt`s and `xf`-like entries of its own).
+        let (mut in_num_fmts, mut in_cell_xfs) = (false, false);
         loop {
             match xml.next()? {
-                Event::Start(tag) if tag.name == b"numFmt" => {
+                Event::Start(tag) if tag.name == b"numFmts" => in_num_fmts = !tag.empty,
+                Event::End(b"numFmts") => in_num_fmts = false,
+                Event::Start(tag) if in_num_fmts && tag.name == b"numFmt" => {
                     if let (Some(id), Some(code)) =
                         (tag.attr(b"numFmtId"), tag.attr_text(b"formatCode")?)
                     {
@@ -142,6 +146,7 @@ mod tests {
         let xml = r#"<styleSheet><numFmts count="2"><numFmt numFmtId="164" formatCode="yyyy&quot;-&quot;mm"/>
             <numFmt numFmtId="14" formatCode="0.00"/></numFmts>
             <cellStyleXfs><xf numFmtId="22"/></cellStyleXfs>
+            <dxfs><dxf><numFmt numFmtId="164" formatCode="0.00"/></dxf></dxfs>
             <cellXfs count="5"><xf numFmtId="0"/><xf numFmtId="164"/><xf numFmtId="14"/>
             <xf numFmtId="22" applyNumberFormat="1"/><xf numFmtId="46"/></cellXfs></styleSheet>"#;
         let styles = Styles::read(&mut XmlReader::new(xml.as_bytes(), 1 << 20)).unwrap();
