@@ -39,7 +39,7 @@ use crate::{
 
 /// Chunks written at once while the sheet streams: enough to keep PostgreSQL busy while the
 /// converter works, few enough to leave it a core.
-const IN_FLIGHT: usize = 3;
+const IN_FLIGHT: usize = 2;
 
 /// What the reading thread found, in order.
 enum Found {
