@@ -26,7 +26,7 @@ use super::{
 };
 use crate::{
     spreadsheet::{
-        Plan,
+        ChunkSpan, Plan,
         csv::{self, RowFormat, ScanError, Scanned},
         workbook::Converted,
     },
@@ -49,7 +49,7 @@ enum Found {
         columns: Vec<String>,
     },
     Chunk {
-        span: crate::spreadsheet::ChunkSpan,
+        span: ChunkSpan,
         bytes: Vec<u8>,
     },
 }
@@ -79,7 +79,7 @@ pub async fn run(
     let (found_tx, mut found) = mpsc::channel(2);
     let chunk_rows = engine.chunk_rows;
     let reader = tokio::task::spawn_blocking(move || {
-        let mut input = BufReader::new(csv_out);
+        let mut input = BufReader::with_capacity(64 << 10, csv_out);
         let Some(announced) = convert::read_announcement(&mut input)? else {
             return Ok(None);
         };

@@ -2,7 +2,7 @@
 //! password-protected); XLSX, the format most workbooks arrive in, is read here because
 //! converting a sheet was most of a workbook import's time, and nearly all of that was general
 //! XML parsing: this reader streams the sheet through [`xml::XmlReader`] and handles only what
-//! a sheet holds (about five times faster on a 200,000-row sheet). calamine stays its oracle:
+//! a sheet holds (a 200,000-row sheet: 0.38 s instead of 1.0 s). calamine stays its oracle:
 //! the tests check that both read the same workbooks the same way.
 //!
 //! An XLSX file is a zip of XML parts: `xl/workbook.xml` lists the sheets, its relationships
