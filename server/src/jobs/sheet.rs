@@ -44,14 +44,8 @@ const IN_FLIGHT: usize = 2;
 /// What the reading thread found, in order.
 enum Found {
     Announced(Converted),
-    Header {
-        delimiter: u8,
-        columns: Vec<String>,
-    },
-    Chunk {
-        span: ChunkSpan,
-        bytes: Vec<u8>,
-    },
+    Header { delimiter: u8, columns: Vec<String> },
+    Chunk { span: ChunkSpan, bytes: Vec<u8> },
 }
 
 /// Why the stream stopped early: the file's fault (the job fails), or ours (the run is retried).

@@ -10,11 +10,12 @@
 //! and `styles.xml` says which numbers are dates. Every part is unpacked through a
 //! [`Budget`], so a zip bomb fails instead of filling memory.
 
+mod package;
 mod styles;
+mod text;
 mod xml;
 
 use std::{
-    collections::HashMap,
     io::{Cursor, Read},
     ops::ControlFlow,
 };
@@ -23,7 +24,9 @@ use calamine::{ExcelDateTime, ExcelDateTimeType};
 use zip::ZipArchive;
 
 use self::{
+    package::{Relationships, part, read_workbook, sheet_part},
     styles::{NumberKind, Styles},
+    text::{SharedStrings, push_text, read_string_item},
     xml::{Event, XmlError, XmlReader},
 };
 use super::{
@@ -361,268 +364,6 @@ fn is_canonical_number(value: &str) -> bool {
     significant <= 15 && (unsigned != "0" || unsigned.len() == value.len())
 }
 
-/// Appends the text of a string item (`<si>` in the shared strings, `<is>` in a cell) to `out`:
-/// its `<t>` elements, plain or in rich-text runs, but not phonetic guides (`<rPh>`). Text is
-/// trimmed unless it keeps its spaces (`xml:space="preserve"`), and `_x000D_` escapes are
-/// decoded.
-fn read_string_item(
-    xml: &mut XmlReader<impl Read>,
-    out: &mut String,
-    scratch: &mut String,
-) -> Result<(), XmlError> {
-    let (mut depth, mut phonetic) = (1usize, 0usize);
-    loop {
-        match xml.next()? {
-            Event::Start(tag) if tag.empty => {}
-            Event::Start(tag) if tag.name == b"t" && phonetic == 0 => {
-                let preserve = tag.attr(b"space") == Some(b"preserve");
-                scratch.clear();
-                xml.read_text(scratch)?;
-                push_text(scratch, preserve, out);
-            }
-            Event::Start(tag) => {
-                depth += 1;
-                phonetic += usize::from(tag.name == b"rPh");
-            }
-            Event::End(name) => {
-                depth -= 1;
-                if depth == 0 {
-                    return Ok(());
-                }
-                phonetic -= usize::from(name == b"rPh" && phonetic > 0);
-            }
-            Event::Eof => return Err(XmlError::Malformed("a string ends early")),
-            Event::Text(_) | Event::CData(_) => {}
-        }
-    }
-}
-
-/// Appends the text of one `<t>`: trimmed unless it keeps its spaces, escapes decoded.
-fn push_text(text: &str, preserve: bool, out: &mut String) {
-    let text = if preserve {
-        text
-    } else {
-        text.trim_matches([' ', '\t', '\r', '\n'])
-    };
-    unescape_ooxml(text, out);
-}
-
-/// Decodes OOXML's escapes for characters XML cannot hold (`_x000D_` is a carriage return);
-/// a UTF-16 surrogate that is not part of a pair becomes U+FFFD.
-fn unescape_ooxml(text: &str, out: &mut String) {
-    let mut rest = text;
-    let mut pending_high: Option<u16> = None;
-    while let Some(at) = next_escape(rest) {
-        let unit = rest
-            .get(at + 2..at + 7)
-            .filter(|escape| escape.ends_with('_'))
-            .and_then(|escape| u16::from_str_radix(&escape[..4], 16).ok());
-        let Some(unit) = unit else {
-            flush_surrogate(&mut pending_high, out);
-            out.push_str(&rest[..at + 2]);
-            rest = &rest[at + 2..];
-            continue;
-        };
-        if at > 0 {
-            flush_surrogate(&mut pending_high, out);
-        }
-        out.push_str(&rest[..at]);
-        match (pending_high.take(), unit) {
-            (Some(high), 0xDC00..=0xDFFF) => {
-                let code =
-                    0x10000 + ((u32::from(high) - 0xD800) << 10) + (u32::from(unit) - 0xDC00);
-                out.push(char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER));
-            }
-            (high, 0xD800..=0xDBFF) => {
-                if high.is_some() {
-                    out.push(char::REPLACEMENT_CHARACTER);
-                }
-                pending_high = Some(unit);
-            }
-            (high, unit) => {
-                if high.is_some() {
-                    out.push(char::REPLACEMENT_CHARACTER);
-                }
-                out.push(char::from_u32(u32::from(unit)).unwrap_or(char::REPLACEMENT_CHARACTER));
-            }
-        }
-        rest = &rest[at + 7..];
-    }
-    flush_surrogate(&mut pending_high, out);
-    out.push_str(rest);
-}
-
-/// Where the next `_x` is.
-fn next_escape(text: &str) -> Option<usize> {
-    let bytes = text.as_bytes();
-    let mut from = 0;
-    while let Some(i) = xml::find(b'_', &bytes[from..]) {
-        if bytes.get(from + i + 1) == Some(&b'x') {
-            return Some(from + i);
-        }
-        from += i + 1;
-    }
-    None
-}
-
-fn flush_surrogate(pending_high: &mut Option<u16>, out: &mut String) {
-    if pending_high.take().is_some() {
-        out.push(char::REPLACEMENT_CHARACTER);
-    }
-}
-
-/// The shared strings, in one buffer.
-#[derive(Default)]
-struct SharedStrings {
-    text: String,
-    ends: Vec<usize>,
-}
-
-impl SharedStrings {
-    fn read(xml: &mut XmlReader<impl Read>) -> Result<SharedStrings, XmlError> {
-        let mut strings = SharedStrings::default();
-        let mut scratch = String::new();
-        loop {
-            match xml.next()? {
-                Event::Start(tag) if tag.name == b"si" => {
-                    if !tag.empty {
-                        read_string_item(xml, &mut strings.text, &mut scratch)?;
-                    }
-                    strings.ends.push(strings.text.len());
-                }
-                Event::Eof => return Ok(strings),
-                _ => {}
-            }
-        }
-    }
-
-    fn get(&self, index: usize) -> Option<&str> {
-        let end = *self.ends.get(index)?;
-        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
-        Some(&self.text[start..end])
-    }
-}
-
-/// The workbook's relationships: which part each id names.
-struct Relationships(HashMap<String, (String, String)>);
-
-impl Relationships {
-    fn read(xml: &mut XmlReader<impl Read>) -> Result<Relationships, XmlError> {
-        let mut rels = HashMap::new();
-        loop {
-            match xml.next()? {
-                Event::Start(tag) if tag.name == b"Relationship" => {
-                    if tag.attr(b"TargetMode") == Some(b"External") {
-                        continue;
-                    }
-                    if let (Some(id), Some(target)) =
-                        (tag.attr_text(b"Id")?, tag.attr_text(b"Target")?)
-                    {
-                        let kind = tag.attr_text(b"Type")?.unwrap_or_default();
-                        rels.insert(id, (kind, part_path(&target)));
-                    }
-                }
-                Event::Eof => return Ok(Relationships(rels)),
-                _ => {}
-            }
-        }
-    }
-
-    fn path(&self, id: &str) -> Option<&str> {
-        self.0.get(id).map(|(_, path)| path.as_str())
-    }
-
-    /// The part of the relationship type ending in `type_suffix`, or else the usual name.
-    fn path_of_type(&self, type_suffix: &str, usual: &str) -> String {
-        self.0
-            .values()
-            .find(|(kind, _)| kind.ends_with(type_suffix))
-            .map(|(_, path)| path.clone())
-            .unwrap_or_else(|| format!("xl/{usual}"))
-    }
-}
-
-/// A relationship target as a zip entry name: relative to `xl/` unless it starts with `/`.
-fn part_path(target: &str) -> String {
-    let target = target.replace('\\', "/");
-    let joined = match target.strip_prefix('/') {
-        Some(absolute) => absolute.to_owned(),
-        None => format!("xl/{target}"),
-    };
-    let mut parts: Vec<&str> = Vec::new();
-    for segment in joined.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            segment => parts.push(segment),
-        }
-    }
-    parts.join("/")
-}
-
-/// The sheets (name and part, in order) and whether dates count from 1904.
-fn read_workbook(
-    xml: &mut XmlReader<impl Read>,
-    rels: &Relationships,
-) -> Result<(Vec<(String, String)>, bool), ReadError> {
-    let mut sheets = Vec::new();
-    let mut date_1904 = false;
-    loop {
-        match xml.next()? {
-            Event::Start(tag) if tag.name == b"workbookPr" => {
-                date_1904 = matches!(tag.attr(b"date1904"), Some(b"1" | b"true"));
-            }
-            Event::Start(tag) if tag.name == b"sheet" => {
-                let name = tag
-                    .attr_text(b"name")?
-                    .ok_or_else(|| damaged("a sheet has no name"))?;
-                let id = tag.attr_text(b"id")?.unwrap_or_default();
-                let path = rels
-                    .path(&id)
-                    .ok_or_else(|| damaged("a sheet's part is not named"))?;
-                sheets.push((name, path.to_owned()));
-            }
-            Event::Eof => return Ok((sheets, date_1904)),
-            _ => {}
-        }
-    }
-}
-
-/// The part of the sheet named `sheet`.
-fn sheet_part<'a>(
-    zip: &'a mut ZipArchive<Cursor<Vec<u8>>>,
-    budget: &'a mut Budget,
-    sheets: &[(String, String)],
-    sheet: &str,
-) -> Result<XmlReader<impl Read + 'a>, ReadError> {
-    let path = &sheets
-        .iter()
-        .find(|(name, _)| name == sheet)
-        .ok_or_else(|| damaged("a sheet is listed but missing"))?
-        .1;
-    part(zip, budget, path)?.ok_or_else(|| damaged("a sheet's part is missing"))
-}
-
-/// The part at `path` (matched without regard to case, as some writers differ), ready to read
-/// through the budget; `None` if there is no such part.
-fn part<'a>(
-    zip: &'a mut ZipArchive<Cursor<Vec<u8>>>,
-    budget: &'a mut Budget,
-    path: &str,
-) -> Result<Option<XmlReader<impl Read + 'a>>, ReadError> {
-    let index = zip.index_for_name(path).or_else(|| {
-        zip.file_names()
-            .position(|name| name.is_ok_and(|name| name.eq_ignore_ascii_case(path)))
-    });
-    let Some(index) = index else {
-        return Ok(None);
-    };
-    let entry = zip.by_index(index).map_err(ZipOrBomb::from)?;
-    Ok(Some(XmlReader::new(budget.entry(entry), MAX_TOKEN_BYTES)))
-}
-
 /// An unsigned decimal attribute or value.
 fn number(digits: &[u8]) -> Result<u32, ReadError> {
     let digits = digits.trim_ascii();
@@ -806,16 +547,6 @@ mod tests {
         ] {
             assert!(!is_canonical_number(value), "{value}");
         }
-    }
-
-    #[test]
-    fn ooxml_escapes_decode_and_broken_ones_stay() {
-        let mut out = String::new();
-        unescape_ooxml(
-            "a_x000D_b _x00e9_ _xD83D__xDE00_ _xD83D_ _x12_ _x",
-            &mut out,
-        );
-        assert_eq!(out, "a\rb é 😀 \u{FFFD} _x12_ _x");
     }
 
     #[test]
