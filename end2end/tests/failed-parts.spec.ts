@@ -1,0 +1,72 @@
+import { execFileSync } from 'node:child_process';
+import { expect, test } from '@playwright/test';
+import { JobPage, MESSAGES, Worker, expectHydrated } from './pages';
+
+let worker: Worker | undefined;
+
+/** Runs SQL on the test database (the one the server and workers use). */
+function sql(statement: string): void {
+  const url = process.env.DATABASE_URL;
+  if (!url) throw new Error('DATABASE_URL is not set (see the Makefile `test` target)');
+  execFileSync('psql', [url, '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-c', statement]);
+}
+
+const poison = `poison_${Date.now().toString(36)}`;
+
+test.afterEach(async () => {
+  await worker?.stop();
+  worker = undefined;
+  sql('drop trigger if exists e2e_poison on dataset_rows');
+});
+
+test('a part that fails every attempt is listed on the job page, and Retry runs it', async ({
+  page,
+}) => {
+  // Every write of a row holding the marker fails, as a broken disk would make it.
+  sql(`create or replace function e2e_poison() returns trigger language plpgsql as $$
+       begin
+         if new.record like '%${poison}%' then raise exception 'the disk is on fire'; end if;
+         return new;
+       end $$;
+       drop trigger if exists e2e_poison on dataset_rows;
+       create trigger e2e_poison before insert on dataset_rows
+         for each row execute function e2e_poison()`);
+
+  const dataset = `e2e_parts_${Date.now().toString(36)}`;
+  const uploaded = await page.request.post('/api/uploads', {
+    multipart: {
+      file: { name: 'parts.csv', mimeType: 'text/csv', buffer: Buffer.from(`id,name\n1,${poison}\n2,Grace\n`) },
+    },
+  });
+  expect(uploaded.ok(), await uploaded.text()).toBe(true);
+  // One attempt per part, so the part fails at once instead of after backed-off retries.
+  const created = await page.request.post('/api/jobs', {
+    data: {
+      jobType: 'import',
+      fileGuid: (await uploaded.json()).id,
+      dataset,
+      maxFailuresPerItem: 1,
+    },
+  });
+  expect(created.status(), await created.text()).toBe(202);
+  const jobId = (await created.json()).id;
+
+  await page.goto(`/jobs/${jobId}`);
+  await expectHydrated(page);
+  const job = new JobPage(page);
+  worker = await Worker.start();
+  await expect(job.message).toHaveText(/^Job failed: 1 of 1 parts could not be processed/, {
+    timeout: 60_000,
+  });
+  const parts = page.getByTestId('failed-part');
+  await expect(parts).toHaveCount(1);
+  await expect(parts.first()).toContainText('Part 1 (rows 1 to 2)');
+  await expect(parts.first()).toContainText('the disk is on fire');
+
+  // The disk is fixed: Retry runs the part again, and the job completes.
+  sql('drop trigger e2e_poison on dataset_rows');
+  await page.getByTestId('retry-job').click();
+  await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
+  await expect(job.rows).toHaveText('2 of 2 rows');
+  await expect(parts).toHaveCount(0);
+});
