@@ -78,12 +78,7 @@ async fn sigterm_gives_back_running_chunks_and_another_worker_finishes() {
 
     drop_trigger(&db).await;
     let _next = WorkerProcess::start(&db, 100);
-    let done = events
-        .until(|job| job.status.is_finished())
-        .await
-        .pop()
-        .unwrap()
-        .job;
+    let done = events.finished().await;
     completed_exactly(&db, &done, ROWS).await;
     server.stop().await;
 }
@@ -407,12 +402,7 @@ async fn a_job_completes_across_a_postgres_restart_and_streams_resync() {
 
     cluster.restart();
     // The same event stream, still open: the server's listener reconnects and resyncs it.
-    let done = events
-        .until(|job| job.status.is_finished())
-        .await
-        .pop()
-        .unwrap()
-        .job;
+    let done = events.finished().await;
     completed_exactly(&db, &done, ROWS).await;
     server.stop().await;
 }

@@ -217,12 +217,7 @@ async fn a_workbook_import_killed_mid_stream_counts_every_row_once() {
     // The dead worker's lease on the plan runs out; the reaper queues the plan again and the
     // second worker converts the sheet again, skipping what was recorded.
     let _survivor = WorkerProcess::start_with(&db, CHUNK_ROWS, SHORT_LEASE);
-    let done = events
-        .until(|job| job.status.is_finished())
-        .await
-        .pop()
-        .unwrap()
-        .job;
+    let done = events.finished().await;
     completed_in_chunks(&db, &done, ROWS).await;
     kept(&db, job.id, &before).await;
     server.stop().await;

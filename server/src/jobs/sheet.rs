@@ -114,7 +114,7 @@ pub async fn run(
     let stopped = loop {
         let next = tokio::select! {
             biased;
-            () = stop.cancelled() => break Some(stopped_run()),
+            () = stop.cancelled() => break Some(Stopped::Task(stopped_run())),
             next = found.recv() => next,
         };
         let Some(next) = next else { break None };
@@ -180,7 +180,7 @@ pub async fn run(
     }
 
     if stop.is_cancelled() {
-        return Err(std::io::Error::other(pipe::STOPPED).into());
+        return Err(stopped_run());
     }
     let plan = match (stopped, ended, scanned) {
         (Some(Stopped::Task(err)), ..) => return Err(err),
@@ -202,8 +202,8 @@ pub async fn run(
 }
 
 /// The error of a run told to stop.
-fn stopped_run() -> Stopped {
-    Stopped::Task(std::io::Error::other(pipe::STOPPED).into())
+fn stopped_run() -> TaskError {
+    std::io::Error::other(pipe::STOPPED).into()
 }
 
 /// The chunks being written, at most [`IN_FLIGHT`] at once.

@@ -310,13 +310,7 @@ impl TestServer {
 
     /// Follows the job's events until it has finished; its last state.
     pub async fn finished(&self, id: Uuid) -> JobView {
-        let mut events = self.events(id, None).await;
-        events
-            .until(|job| job.status.is_finished())
-            .await
-            .pop()
-            .unwrap()
-            .job
+        self.events(id, None).await.finished().await
     }
 
     /// Opens the job's event stream.
@@ -398,6 +392,15 @@ impl Events {
                 .expect("read the stream");
             self.buffer.push_str(&String::from_utf8_lossy(&bytes));
         }
+    }
+
+    /// Reads events until the job has finished; its last state.
+    pub async fn finished(&mut self) -> JobView {
+        self.until(|job| job.status.is_finished())
+            .await
+            .pop()
+            .expect("`until` returns at least the matching event")
+            .job
     }
 
     /// Reads events until one matches; returns every event read, the match last.
