@@ -2,16 +2,20 @@
 //!
 //! Layout:
 //! - [`model`]: the job types shared with the server (API JSON, SSE events, page data).
+//! - [`auth`]: who is asking (roles, the signed-in person), shared with the server.
 //! - [`api`]: the browser's calls to the JSON API.
 //! - [`data`]: server functions the pages load their first state with, over [`data::PageData`].
 //! - [`live`]: the browser side of the server-sent event streams.
+//! - [`session`]: who is signed in, as every page reads it.
 //! - [`pages`]: one module per page.
 
 pub mod api;
+pub mod auth;
 pub mod data;
 pub mod live;
 pub mod model;
 pub mod pages;
+pub mod session;
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
@@ -45,12 +49,14 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    let session = session::Session::provide();
     // Effects run only in the browser, after hydration: tests and people can tell the page is live.
     Effect::new(|_| {
         if let Some(body) = document().body() {
             let _ = body.set_attribute("data-hydrated", "true");
         }
     });
+    let is_admin = move || session.me().is_some_and(|me| me.role == auth::Role::Admin);
     view! {
         <Stylesheet id="leptos" href="/pkg/conveyor.css" />
         <Title text="Conveyor" />
@@ -61,7 +67,15 @@ pub fn App() -> impl IntoView {
                     <A href="/">"Import"</A>
                     <A href="/jobs">"Jobs"</A>
                     <A href="/datasets">"Datasets"</A>
+                    <Transition>
+                        <Show when=is_admin>
+                            <A href="/users">"Users"</A>
+                        </Show>
+                    </Transition>
                 </nav>
+                <Transition>
+                    <pages::account::SessionBadge />
+                </Transition>
             </header>
             <main>
                 <Routes fallback=|| view! { <pages::NotFound /> }>
@@ -79,6 +93,14 @@ pub fn App() -> impl IntoView {
                         view=pages::datasets::DatasetPage
                         ssr=SsrMode::Async
                     />
+                    <Route path=path!("/login") view=pages::sign_in::SignInPage />
+                    <Route path=path!("/signup") view=pages::sign_in::SignUpPage />
+                    <Route
+                        path=path!("/account")
+                        view=pages::account::AccountPage
+                        ssr=SsrMode::Async
+                    />
+                    <Route path=path!("/users") view=pages::users::UsersPage ssr=SsrMode::Async />
                 </Routes>
             </main>
         </Router>

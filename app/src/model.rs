@@ -119,6 +119,25 @@ pub struct DatasetView {
     /// The column whose value identifies a row.
     pub key: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// Whose it is: dataset names are per owner.
+    pub owner: Uuid,
+    /// The owner's email; `None` for a guest.
+    #[serde(default)]
+    pub owner_email: Option<String>,
+}
+
+/// "ada@example.com", or "guest" for someone without an account.
+pub fn owner_label(email: Option<&str>) -> String {
+    email.unwrap_or("guest").to_owned()
+}
+
+/// The page of a dataset: `/datasets/{name}`, with `?owner=` when it is not the reader's own.
+pub fn dataset_href(name: &str, owner: Uuid, reader: Option<Uuid>) -> String {
+    if reader == Some(owner) {
+        format!("/datasets/{name}")
+    } else {
+        format!("/datasets/{name}?owner={owner}")
+    }
 }
 
 /// A job as the API returns it and the pages show it.
@@ -157,6 +176,11 @@ pub struct JobView {
     /// The batch this job belongs to.
     #[serde(default)]
     pub parent_id: Option<Uuid>,
+    /// Who created it (and owns its dataset).
+    pub owner: Uuid,
+    /// The owner's email; `None` for a guest.
+    #[serde(default)]
+    pub owner_email: Option<String>,
 }
 
 /// A chunk of a job that failed every attempt.
@@ -326,6 +350,8 @@ mod tests {
             elapsed_seconds: None,
             failed_parts: Vec::new(),
             parent_id: None,
+            owner: Uuid::nil(),
+            owner_email: None,
         }
     }
 

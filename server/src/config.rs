@@ -28,6 +28,34 @@ pub enum Command {
     /// Convert a workbook on stdin to CSV on stdout (workers run this in a memory-limited
     /// child process; see `jobs::convert`).
     Convert(ConvertArgs),
+    /// Manage accounts (create the first admin, reset a password).
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UserCommand {
+    /// Create an account, or reset the password (and role) of an existing one and end its
+    /// sessions. Prints a generated password unless `--password-stdin` is given.
+    Add(UserAddArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct UserAddArgs {
+    #[arg(long)]
+    pub email: String,
+    /// `admin`, `viewer` or `member`.
+    #[arg(long, default_value = "member", value_parser = parse_role)]
+    pub role: app::auth::Role,
+    /// Read the password from the first line of standard input instead of generating one.
+    #[arg(long)]
+    pub password_stdin: bool,
+}
+
+fn parse_role(word: &str) -> Result<app::auth::Role, String> {
+    app::auth::Role::parse(word)
+        .filter(|role| *role != app::auth::Role::Guest)
+        .ok_or_else(|| "one of admin, viewer, member".to_owned())
 }
 
 #[derive(Args, Debug, Clone)]
@@ -56,7 +84,73 @@ pub struct ServeArgs {
     #[arg(long, env = "CONVEYOR_MAX_UPLOAD_BYTES", default_value_t = 1 << 30)]
     pub max_upload_bytes: usize,
     #[command(flatten)]
+    pub auth: AuthArgs,
+    #[command(flatten)]
     pub worker: WorkerArgs,
+}
+
+/// Whether visitors who are not signed in may use the app.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuthMode {
+    /// A visitor who is not signed in is a guest: they own what they make, isolated like a
+    /// member.
+    #[default]
+    Guest,
+    /// Everything but signing in (and up) needs an account.
+    Required,
+}
+
+/// Accounts, sessions and the browser's defences.
+#[derive(Args, Debug, Clone)]
+pub struct AuthArgs {
+    /// `guest` (visitors may use the app without an account) or `required`.
+    #[arg(long = "auth", env = "CONVEYOR_AUTH", value_enum, default_value_t = AuthMode::Guest)]
+    pub mode: AuthMode,
+    /// Whether visitors may create accounts on the sign-up page.
+    #[arg(long, env = "CONVEYOR_SIGN_UP", default_value_t = true, action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub sign_up: bool,
+    /// Served over TLS (by us or a proxy in front): cookies are `Secure` and HSTS is sent.
+    #[arg(long, env = "CONVEYOR_HTTPS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub https: bool,
+    /// Host names (with or without a port) requests may be addressed to; others are refused,
+    /// against DNS rebinding. `*` allows any. Default: loopback names only.
+    #[arg(
+        long,
+        env = "CONVEYOR_ALLOWED_HOSTS",
+        value_delimiter = ',',
+        default_value = "localhost,127.0.0.1,[::1]"
+    )]
+    pub allowed_hosts: Vec<String>,
+    /// Days a session lasts from sign-in, however active.
+    #[arg(long, env = "CONVEYOR_SESSION_DAYS", default_value_t = 30.0)]
+    pub session_days: f64,
+    /// Hours without a request after which a session ends.
+    #[arg(long, env = "CONVEYOR_SESSION_IDLE_HOURS", default_value_t = 168.0)]
+    pub session_idle_hours: f64,
+}
+
+impl Default for AuthArgs {
+    fn default() -> Self {
+        Self {
+            mode: AuthMode::Guest,
+            sign_up: true,
+            https: false,
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
+            session_days: 30.0,
+            session_idle_hours: 168.0,
+        }
+    }
+}
+
+impl AuthArgs {
+    pub fn session_lifetime(&self) -> crate::store::sessions::Lifetime {
+        let secs = |s: f64| Duration::from_secs_f64(s.clamp(60.0, 3650.0 * 86_400.0));
+        crate::store::sessions::Lifetime {
+            absolute: secs(self.session_days * 86_400.0),
+            idle: secs(self.session_idle_hours * 3600.0),
+        }
+    }
 }
 
 /// Rows per chunk by default. Each chunk is one task and one transaction; `make bench` (1M rows)

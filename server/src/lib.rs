@@ -2,6 +2,7 @@
 //!
 //! Layout:
 //! - [`config`]: command line and environment.
+//! - [`auth`]: accounts, sessions, API tokens, and whose things a request sees.
 //! - [`db`]: the pool and migrations.
 //! - [`store`]: all SQL, one module per concern.
 //! - [`spreadsheet`]: reading files (no database in sight).
@@ -11,6 +12,7 @@
 //!
 //! `serve` and `work` are what `main` runs; integration tests call them too.
 
+pub mod auth;
 pub mod config;
 pub mod db;
 pub mod http;
@@ -43,6 +45,7 @@ pub async fn serve(
         pool: pool.clone(),
         leptos_options: http::leptos_options(),
         max_upload_bytes: args.max_upload_bytes,
+        auth: std::sync::Arc::new(args.auth.clone()),
         shutdown: shutdown.clone(),
     };
     let workers =

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use server::config::{Cli, Command, ServeArgs};
+use server::config::{Cli, Command, ServeArgs, UserAddArgs, UserCommand};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -39,6 +39,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!("migrations applied");
         }
         Command::Worker(args) => server::work(pool, args, shutdown).await?,
+        Command::User(UserCommand::Add(args)) => add_user(&pool, args).await?,
         Command::Convert(_) => unreachable!("handled before the runtime starts"),
         Command::Serve(args) => {
             let addr = server::http::leptos_options().site_addr;
@@ -47,6 +48,34 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot listen on {addr}"))?;
             server::serve(pool, args, listener, shutdown).await?;
         }
+    }
+    Ok(())
+}
+
+/// `server user add`: creates or resets an account; the password comes from stdin or is
+/// generated and printed (once: only its hash is kept).
+async fn add_user(pool: &sqlx::PgPool, args: UserAddArgs) -> anyhow::Result<()> {
+    use server::auth::accounts::{self, Added};
+    let (password, generated) = if args.password_stdin {
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .context("reading the password from stdin")?;
+        (line.trim_end_matches(['\r', '\n']).to_owned(), false)
+    } else {
+        (server::auth::secret::generate(), true)
+    };
+    let added = accounts::add_or_reset(pool, &args.email, args.role, &password)
+        .await
+        .map_err(|err| anyhow::anyhow!("{err}"))?;
+    let email = args.email.trim().to_lowercase();
+    let role = args.role.as_str();
+    match added {
+        Added::Created => println!("created {role} {email}"),
+        Added::Reset => println!("reset {email} (now {role}); their sessions were ended"),
+    }
+    if generated {
+        println!("password: {password}");
     }
     Ok(())
 }

@@ -258,7 +258,9 @@ async fn an_export_fails_clearly_when_the_dataset_changes_under_it() {
     let db = TestDb::new().await;
     // No workers: the test runs the export's tasks itself, with an import in between.
     let server = TestServer::start(&db, None).await;
-    let importing = TestServer::start(&db, Some(worker_args(100))).await;
+    let mut importing = TestServer::start(&db, Some(worker_args(100))).await;
+    // The same person on both servers: datasets are their owner's.
+    importing.client = server.client.clone();
     ledger(&importing).await;
     importing.stop().await;
 

@@ -75,6 +75,8 @@ async fn events_go_waiting_then_running_then_completed() {
 async fn the_job_list_stream_reports_new_jobs() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
+    // A stream shows what its reader owned when it opened: a visitor becomes a guest first.
+    server.upload("first.csv", csv(1)).await;
     let response = server
         .client
         .get(server.url("/api/jobs/events"))

@@ -1,5 +1,6 @@
 //! Cancel and Retry buttons for a job, on its page and in the job list: Cancel while it waits
 //! or runs, Retry once it failed or was cancelled (the server re-runs only what was not done).
+//! Shown disabled to those who may not change the job (viewers).
 
 use leptos::prelude::*;
 use uuid::Uuid;
@@ -7,12 +8,15 @@ use uuid::Uuid;
 use crate::{
     api,
     model::{JobStatus, JobView},
+    session::use_session,
 };
 
 #[component]
 pub fn JobControls(
     id: Uuid,
     #[prop(into)] status: Signal<JobStatus>,
+    /// Who owns the job: only they (and admins) may change it.
+    owner: Uuid,
     /// Batches are not retried (their children are).
     #[prop(optional)]
     batch: bool,
@@ -34,19 +38,23 @@ pub fn JobControls(
             });
         }
     };
+    let session = use_session();
+    let refused = move || !session.may_change(owner);
+    let disabled = move || busy.get() || refused();
+    let why = move || refused().then_some("Viewers can see jobs but not change them");
     let live = move || matches!(status.get(), JobStatus::Waiting | JobStatus::Running);
     let retryable =
         move || !batch && matches!(status.get(), JobStatus::Failed | JobStatus::Cancelled);
     view! {
         <span class="controls">
             <Show when=live>
-                <button class="secondary" data-testid="cancel-job" disabled=move || busy.get()
+                <button class="secondary" data-testid="cancel-job" disabled=disabled title=why
                     on:click=act("cancel")>
                     "Cancel"
                 </button>
             </Show>
             <Show when=retryable>
-                <button class="secondary" data-testid="retry-job" disabled=move || busy.get()
+                <button class="secondary" data-testid="retry-job" disabled=disabled title=why
                     on:click=act("retry")>
                     "Retry"
                 </button>

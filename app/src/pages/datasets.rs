@@ -1,24 +1,28 @@
 //! `/datasets`: every dataset, and `/datasets/{name}`: one dataset's schema and first rows.
 
 use leptos::prelude::*;
-use leptos_router::hooks::{use_navigate, use_params_map};
+use leptos_router::hooks::{use_navigate, use_params_map, use_query_map};
 use serde_json::{Value, json};
+use uuid::Uuid;
 
 use crate::{
     api,
     data::{DATASET_PAGE_ROWS, get_dataset, list_datasets},
-    model::DatasetView,
+    model::{DatasetView, dataset_href, owner_label},
     pages::NotFound,
+    session::use_session,
 };
 
 #[component]
 pub fn DatasetsPage() -> impl IntoView {
+    let session = use_session();
     let datasets = Resource::new(|| (), |_| list_datasets());
     view! {
         <section class="card">
             <h1>"Datasets"</h1>
             <Suspense fallback=|| view! { <p class="muted">"Loading datasets..."</p> }>
                 {move || Suspend::new(async move {
+                    session.ready().await;
                     match datasets.await {
                         Ok(datasets) if datasets.is_empty() => {
                             view! {
@@ -40,11 +44,16 @@ pub fn DatasetsPage() -> impl IntoView {
 
 #[component]
 fn DatasetTable(datasets: Vec<DatasetView>) -> impl IntoView {
+    // Read once: the page waited for the session before building this.
+    let session = use_session();
+    let everyone = untrack(|| session.sees_everything());
+    let reader = untrack(|| session.me().map(|me| me.id));
     view! {
         <table class="jobs">
             <thead>
                 <tr>
                     <th>"Dataset"</th>
+                    {everyone.then_some(view! { <th>"Owner"</th> })}
                     <th>"Columns"</th>
                     <th>"Key"</th>
                     <th>"Created"</th>
@@ -57,8 +66,13 @@ fn DatasetTable(datasets: Vec<DatasetView>) -> impl IntoView {
                         view! {
                             <tr data-testid="dataset-row">
                                 <td>
-                                    <a href=format!("/datasets/{}", dataset.name)>{dataset.name.clone()}</a>
+                                    <a href=dataset_href(&dataset.name, dataset.owner, reader)>
+                                        {dataset.name.clone()}
+                                    </a>
                                 </td>
+                                {everyone.then(|| view! {
+                                    <td>{owner_label(dataset.owner_email.as_deref())}</td>
+                                })}
                                 <td>{dataset.columns.len()}</td>
                                 <td>{dataset.key.clone().unwrap_or_else(|| "-".into())}</td>
                                 <td>{dataset.created_at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
@@ -74,11 +88,23 @@ fn DatasetTable(datasets: Vec<DatasetView>) -> impl IntoView {
 #[component]
 pub fn DatasetPage() -> impl IntoView {
     let params = use_params_map();
+    let query = use_query_map();
     let name = move || params.read().get("name").unwrap_or_default();
-    let dataset = Resource::new(name, get_dataset);
+    let owner = move || {
+        query
+            .read()
+            .get("owner")
+            .and_then(|o| Uuid::parse_str(&o).ok())
+    };
+    let session = use_session();
+    let dataset = Resource::new(
+        move || (name(), owner()),
+        |(name, owner)| get_dataset(name, owner),
+    );
     view! {
         <Suspense fallback=|| view! { <p class="muted">"Loading dataset..."</p> }>
             {move || Suspend::new(async move {
+                session.ready().await;
                 match dataset.await {
                     Ok(Some((dataset, rows))) => view! { <Dataset dataset rows /> }.into_any(),
                     Ok(None) => view! { <NotFound /> }.into_any(),
@@ -96,10 +122,25 @@ pub fn DatasetPage() -> impl IntoView {
 fn Dataset(dataset: DatasetView, rows: Vec<Value>) -> impl IntoView {
     let names: Vec<String> = dataset.columns.iter().map(|c| c.name.clone()).collect();
     let key = dataset.key.clone();
+    let session = use_session();
+    let own = untrack(|| session.me().is_some_and(|me| me.id == dataset.owner));
+    let may_create = untrack(|| session.may_create());
+    let rows_url = match own {
+        true => format!("/api/datasets/{}/rows", dataset.name),
+        false => format!(
+            "/api/datasets/{}/rows?owner={}",
+            dataset.name, dataset.owner
+        ),
+    };
     view! {
         <section class="card">
             <h1>"Dataset " {dataset.name.clone()}</h1>
-            <ExportButtons dataset=dataset.name.clone() />
+            {(!own).then(|| view! {
+                <p class="muted" data-testid="dataset-owner">
+                    "Owner: " {owner_label(dataset.owner_email.as_deref())}
+                </p>
+            })}
+            {(own && may_create).then(|| view! { <ExportButtons dataset=dataset.name.clone() /> })}
             <h2>"Columns"</h2>
             <table class="jobs" data-testid="dataset-schema">
                 <thead>
@@ -132,7 +173,7 @@ fn Dataset(dataset: DatasetView, rows: Vec<Value>) -> impl IntoView {
             <h2>"First rows"</h2>
             <p class="muted">
                 "Up to " {DATASET_PAGE_ROWS} " rows. All rows: "
-                <a href=format!("/api/datasets/{}/rows", dataset.name)>"JSON"</a>
+                <a href=rows_url>"JSON"</a>
             </p>
             <div class="scroll">
                 <table class="jobs" data-testid="dataset-rows">

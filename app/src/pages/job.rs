@@ -8,8 +8,9 @@ use uuid::Uuid;
 use crate::{
     data::get_job,
     live,
-    model::{JobKind, JobStatus, JobView, count_of, thousands},
+    model::{JobKind, JobStatus, JobView, count_of, dataset_href, owner_label, thousands},
     pages::{NotFound, controls::JobControls},
+    session::use_session,
 };
 
 /// Follows the job's event stream until the job ends; a new one is mounted to follow again.
@@ -67,6 +68,7 @@ pub fn JobPage() -> impl IntoView {
             .get("id")
             .and_then(|raw| Uuid::parse_str(&raw).ok())
     };
+    let session = use_session();
     let job = Resource::new(id, |id| async move {
         match id {
             Some(id) => get_job(id).await,
@@ -76,6 +78,7 @@ pub fn JobPage() -> impl IntoView {
     view! {
         <Suspense fallback=|| view! { <p class="muted">"Loading job..."</p> }>
             {move || Suspend::new(async move {
+                session.ready().await;
                 match job.await {
                     Ok(Some(job)) => view! { <LiveJob job /> }.into_any(),
                     Ok(None) => view! { <NotFound /> }.into_any(),
@@ -92,7 +95,8 @@ pub fn JobPage() -> impl IntoView {
 /// The job card, kept current by the job's event stream (followed again after a retry).
 #[component]
 fn LiveJob(job: JobView) -> impl IntoView {
-    let id = job.id;
+    let (id, owner) = (job.id, job.owner);
+    let session = use_session();
     let state = RwSignal::new(job);
     let following = RwSignal::new(0u32);
     let on_changed = Callback::new(move |job: JobView| {
@@ -114,6 +118,11 @@ fn LiveJob(job: JobView) -> impl IntoView {
         }}
         <section class="card job" data-status=move || status().as_str()>
             <h1>{move || state.read().title()}</h1>
+            <Show when=move || session.sees_everything()>
+                <p class="muted" data-testid="job-owner">
+                    "Owner: " {move || owner_label(state.read().owner_email.as_deref())}
+                </p>
+            </Show>
             <Show when=move || state.read().dataset.is_some()>
                 <p class="dataset">
                     {move || if is_export() { "from dataset " } else { "into dataset " }}
@@ -170,12 +179,13 @@ fn LiveJob(job: JobView) -> impl IntoView {
             }}
             <FailedParts state />
             <p class="actions">
-                <JobControls id status=Signal::derive(status) on_changed batch=is_batch />
+                <JobControls id status=Signal::derive(status) owner on_changed batch=is_batch />
             </p>
             <Show when=move || status() == JobStatus::Completed && !is_export()>
                 <p>
                     <a href=move || {
-                        format!("/datasets/{}", state.read().dataset.clone().unwrap_or_default())
+                        let name = state.read().dataset.clone().unwrap_or_default();
+                        dataset_href(&name, owner, session.me().map(|me| me.id))
                     }>"See the dataset"</a>
                 </p>
             </Show>

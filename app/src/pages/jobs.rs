@@ -5,18 +5,21 @@ use leptos::prelude::*;
 use crate::{
     data::list_jobs,
     live,
-    model::{JobKind, JobView, thousands},
+    model::{JobKind, JobView, owner_label, thousands},
     pages::controls::JobControls,
+    session::use_session,
 };
 
 #[component]
 pub fn JobsPage() -> impl IntoView {
+    let session = use_session();
     let jobs = Resource::new(|| (), |_| list_jobs());
     view! {
         <section class="card">
             <h1>"Jobs"</h1>
             <Suspense fallback=|| view! { <p class="muted">"Loading jobs..."</p> }>
                 {move || Suspend::new(async move {
+                    session.ready().await;
                     match jobs.await {
                         Ok(jobs) => view! { <LiveJobTable jobs /> }.into_any(),
                         Err(err) => {
@@ -34,6 +37,8 @@ pub fn JobsPage() -> impl IntoView {
 #[component]
 fn LiveJobTable(jobs: Vec<JobView>) -> impl IntoView {
     let rows = RwSignal::new(jobs);
+    // Read once: the page waited for the session before building this.
+    let everyone = untrack(|| use_session().sees_everything());
     live::subscribe("/api/jobs/events".to_owned(), move |update: JobView| {
         rows.update(|rows| apply_update(rows, update));
         true
@@ -49,6 +54,7 @@ fn LiveJobTable(jobs: Vec<JobView>) -> impl IntoView {
                         <th>"Job"</th>
                         <th>"What"</th>
                         <th>"Dataset"</th>
+                        {everyone.then_some(view! { <th>"Owner"</th> })}
                         <th>"Status"</th>
                         <th>"Progress"</th>
                         <th>"Created"</th>
@@ -59,7 +65,7 @@ fn LiveJobTable(jobs: Vec<JobView>) -> impl IntoView {
                     <For
                         each=move || rows.get()
                         key=|job| (job.id, job.version)
-                        children=move |job| view! { <JobRow job rows /> }
+                        children=move |job| view! { <JobRow job rows everyone /> }
                     />
                 </tbody>
             </table>
@@ -68,11 +74,11 @@ fn LiveJobTable(jobs: Vec<JobView>) -> impl IntoView {
 }
 
 #[component]
-fn JobRow(job: JobView, rows: RwSignal<Vec<JobView>>) -> impl IntoView {
+fn JobRow(job: JobView, rows: RwSignal<Vec<JobView>>, everyone: bool) -> impl IntoView {
     let on_changed = Callback::new(move |update: JobView| {
         rows.update(|rows| apply_update(rows, update));
     });
-    let (id, status) = (job.id, job.status);
+    let (id, status, owner) = (job.id, job.status, job.owner);
     let batch = job.job_type == JobKind::Batch;
     let progress = match job.item_count {
         Some(count) => format!(
@@ -91,11 +97,12 @@ fn JobRow(job: JobView, rows: RwSignal<Vec<JobView>>) -> impl IntoView {
             </td>
             <td>{job.title()}</td>
             <td>{job.dataset.clone().unwrap_or_default()}</td>
+            {everyone.then(|| view! { <td data-testid="job-owner">{owner_label(job.owner_email.as_deref())}</td> })}
             <td data-testid="job-status">{job.status.as_str()}</td>
             <td>{progress}</td>
             <td>{job.created_at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
             <td>
-                <JobControls id status=Signal::stored(status) on_changed batch />
+                <JobControls id status=Signal::stored(status) owner on_changed batch />
             </td>
         </tr>
     }

@@ -1,10 +1,13 @@
 //! One module per page.
 
+pub mod account;
 pub mod controls;
 pub mod datasets;
 pub mod job;
 pub mod jobs;
+pub mod sign_in;
 pub mod upload;
+pub mod users;
 
 use leptos::prelude::*;
 

@@ -7,6 +7,8 @@ use leptos_router::hooks::use_navigate;
 use send_wrapper::SendWrapper;
 use web_sys::File;
 
+use crate::session::use_session;
+
 #[component]
 pub fn UploadPage() -> impl IntoView {
     let file = RwSignal::new(None::<SendWrapper<File>>);
@@ -15,6 +17,7 @@ pub fn UploadPage() -> impl IntoView {
     let busy = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
     let dragging = RwSignal::new(false);
+    let session = use_session();
     let file_name = move || file.read().as_ref().map(|file| file.name());
     let workbook_chosen = move || file_name().is_some_and(|name| is_workbook_name(&name));
 
@@ -51,6 +54,13 @@ pub fn UploadPage() -> impl IntoView {
     view! {
         <section class="card">
             <h1>"Import a spreadsheet"</h1>
+            <Transition>
+                <Show when=move || !session.may_create()>
+                    <p class="warning" data-testid="viewer-notice">
+                        "You are a viewer: you can see every job and dataset, but not import."
+                    </p>
+                </Show>
+            </Transition>
             <p class="muted">"CSV, TSV, Excel (XLSX, XLS) or OpenDocument (ODS) files whose first row is a header. The import runs in the background; you can watch it live."</p>
             <label
                 class="dropzone"

@@ -8,7 +8,7 @@ use axum::{
 };
 use serde_json::json;
 
-use crate::{jobs::create::CreateError, store::uploads::UploadError};
+use crate::{auth::accounts::AccountError, jobs::create::CreateError, store::uploads::UploadError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -22,6 +22,16 @@ pub enum ApiError {
     TooLarge(String),
     #[error("{0}")]
     Conflict(String),
+    /// No (valid) credentials.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Known, but not allowed: a viewer changing something, a guest using an account's page,
+    /// a member on an admin's, a request from another site.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Addressed to a host name we do not serve.
+    #[error("{0}")]
+    WrongHost(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -34,6 +44,9 @@ impl ApiError {
             Self::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
             Self::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
             Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            Self::WrongHost(_) => (StatusCode::MISDIRECTED_REQUEST, "wrong_host"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -96,7 +109,24 @@ impl From<CreateError> for ApiError {
     }
 }
 
+impl From<AccountError> for ApiError {
+    fn from(err: AccountError) -> Self {
+        match err {
+            AccountError::Invalid(message) => Self::Invalid(message),
+            AccountError::EmailTaken => Self::Conflict(err.to_string()),
+            AccountError::WrongCredentials => Self::Unauthorized(err.to_string()),
+            AccountError::Database(err) => err.into(),
+            AccountError::Internal(err) => Self::Internal(err),
+        }
+    }
+}
+
 impl ApiError {
+    /// The 403 for a viewer's attempt to change something.
+    pub fn viewers_change_nothing() -> Self {
+        Self::Forbidden("Viewers can see everything but change nothing.".into())
+    }
+
     /// The 413 for an upload over the limit, saying what the limit is.
     pub fn file_too_large(limit: usize) -> Self {
         let mb = limit as f64 / 1e6;

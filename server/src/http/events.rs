@@ -20,35 +20,42 @@ use uuid::Uuid;
 use super::{
     AppState,
     error::ApiError,
+    identity::Caller,
     jobs::{job_id, no_such_job},
 };
 use crate::{
+    auth::Sees,
     progress::feed::{self, Scope},
     store::jobs,
 };
 
+/// A job's stream, for those who may see the job (a job's owner never changes, so one check
+/// at the start holds for the stream's life).
 pub async fn one_job(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = job_id(id)?;
-    if jobs::find(&state.pool, id).await?.is_none() {
+    let sees = caller.sees();
+    if jobs::find(&state.pool, id, sees).await?.is_none() {
         return Err(no_such_job(id));
     }
     let last_version = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.trim().parse().ok());
-    Ok(stream(&state, Scope::One(id), last_version))
+    Ok(stream(&state, Scope::One(id), sees, last_version))
 }
 
-pub async fn all_jobs(State(state): State<AppState>) -> Response {
-    stream(&state, Scope::All, None)
+/// Every change of the jobs the caller may see.
+pub async fn all_jobs(State(state): State<AppState>, caller: Caller) -> Response {
+    stream(&state, Scope::All, caller.sees(), None)
 }
 
-fn stream(state: &AppState, scope: Scope, last_version: Option<i64>) -> Response {
-    let events = feed::follow(state.pool.clone(), &state.hub, scope, last_version)
+fn stream(state: &AppState, scope: Scope, sees: Sees, last_version: Option<i64>) -> Response {
+    let events = feed::follow(state.pool.clone(), &state.hub, scope, sees, last_version)
         .map(to_event)
         .take_until(state.shutdown.clone().cancelled_owned());
     Sse::new(events)

@@ -1,7 +1,7 @@
 //! `/api/jobs`: create, read and list jobs.
 
 use axum::{
-    Extension, Json,
+    Json,
     extract::{
         Path, Query, State,
         rejection::{JsonRejection, PathRejection},
@@ -12,8 +12,13 @@ use axum::{
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{AppState, error::ApiError, session::Owner};
+use super::{
+    AppState,
+    error::ApiError,
+    identity::{Caller, Owner},
+};
 use crate::{
+    auth::Sees,
     jobs::{control, create},
     store::jobs::{self, Options},
 };
@@ -120,7 +125,7 @@ impl CreateJob {
 /// and the first job when the `Idempotency-Key` header (or `dedupeKey`) was used before.
 pub async fn create(
     State(state): State<AppState>,
-    Extension(owner): Extension<Owner>,
+    Owner(owner): Owner,
     headers: HeaderMap,
     body: Result<Json<CreateJob>, JsonRejection>,
 ) -> Result<Response, ApiError> {
@@ -149,7 +154,7 @@ pub async fn create(
                 .filter(|s| !s.is_empty());
             create::import(
                 &state.pool,
-                &owner.0,
+                owner.id,
                 upload,
                 dataset.trim(),
                 sheet,
@@ -162,9 +167,9 @@ pub async fn create(
                 ApiError::Invalid("An export needs \"dataset\": the dataset to export.".into())
             })?;
             let format = request.format.as_deref().unwrap_or("csv");
-            create::export(&state.pool, &owner.0, dataset.trim(), format, &options).await?
+            create::export(&state.pool, owner.id, dataset.trim(), format, &options).await?
         }
-        "batch" => create::batch(&state.pool, &owner.0, &options).await?,
+        "batch" => create::batch(&state.pool, owner.id, &options).await?,
         other => {
             return Err(ApiError::Invalid(format!(
                 "Unknown jobType \"{other}\": use \"import\", \"export\" or \"batch\"."
@@ -187,23 +192,28 @@ pub async fn create(
 /// `POST /api/jobs/{id}/cancel` → the job, `cancelled` (409 when it had already ended).
 pub async fn cancel(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Json<JobView>, ApiError> {
     let id = job_id(id)?;
-    let outcome = control::cancel(&state.pool, id).await?;
-    answer(&state, id, outcome, "The job has already ended.").await
+    let acts = caller.acts()?;
+    let outcome = control::cancel(&state.pool, id, acts).await?;
+    answer(&state, id, acts, outcome, "The job has already ended.").await
 }
 
 /// `POST /api/jobs/{id}/seal` → the batch, taking no more children (409 unless an open batch).
 pub async fn seal(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Json<JobView>, ApiError> {
     let id = job_id(id)?;
-    let outcome = control::seal(&state.pool, id).await?;
+    let acts = caller.acts()?;
+    let outcome = control::seal(&state.pool, id, acts).await?;
     answer(
         &state,
         id,
+        acts,
         outcome,
         "Only a running batch that is not sealed can be sealed.",
     )
@@ -214,13 +224,16 @@ pub async fn seal(
 /// failed or was cancelled).
 pub async fn retry(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Json<JobView>, ApiError> {
     let id = job_id(id)?;
-    let outcome = control::retry(&state.pool, id).await?;
+    let acts = caller.acts()?;
+    let outcome = control::retry(&state.pool, id, acts).await?;
     answer(
         &state,
         id,
+        acts,
         outcome,
         "Only a failed or cancelled job can be retried, while its details are kept.",
     )
@@ -230,13 +243,14 @@ pub async fn retry(
 async fn answer(
     state: &AppState,
     id: Uuid,
+    acts: Sees,
     outcome: control::Outcome,
     not_applicable: &str,
 ) -> Result<Json<JobView>, ApiError> {
     match outcome {
         control::Outcome::NoSuchJob => Err(no_such_job(id)),
         control::Outcome::NotApplicable => Err(ApiError::Conflict(not_applicable.into())),
-        control::Outcome::Done => jobs::find(&state.pool, id)
+        control::Outcome::Done => jobs::find(&state.pool, id, acts)
             .await?
             .map(Json)
             .ok_or_else(|| no_such_job(id)),
@@ -246,10 +260,11 @@ async fn answer(
 /// `GET /api/jobs/{id}`.
 pub async fn show(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Json<JobView>, ApiError> {
     let id = job_id(id)?;
-    jobs::find(&state.pool, id)
+    jobs::find(&state.pool, id, caller.sees())
         .await?
         .map(Json)
         .ok_or_else(|| no_such_job(id))
@@ -272,10 +287,11 @@ pub struct JobPage {
 /// `GET /api/jobs?limit=&before=`: newest first, keyset paged.
 pub async fn list(
     State(state): State<AppState>,
+    caller: Caller,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<JobPage>, ApiError> {
     let limit = query.limit.unwrap_or(50).clamp(1, 500);
-    let jobs = jobs::recent(&state.pool, limit, query.before).await?;
+    let jobs = jobs::recent(&state.pool, caller.sees(), limit, query.before).await?;
     let next = (jobs.len() as i64 == limit)
         .then(|| jobs.last().map(|job| job.id))
         .flatten();

@@ -1,30 +1,49 @@
 //! The HTTP surface: the JSON API and SSE under `/api`, server functions under `/rpc`, and the
 //! Leptos pages for everything else. One file per resource.
+//!
+//! Every API route is one [`Endpoint`] of [`endpoints`], with the [`Access`] it needs, checked
+//! by a layer on that route before its handler runs; the router is built from that table, so a
+//! route cannot exist without declaring who may call it (`tests/access.rs` walks the table with
+//! every role). Whose rows a caller reads or changes is decided next to the SQL (`auth::Sees`).
+//! Around every route: `defences` (host names, cross-site writes, headers) and `identity`.
 
+mod account;
 mod datasets;
+mod defences;
 pub mod error;
 mod events;
+pub mod identity;
 mod jobs;
 mod pages;
 mod reports;
 mod results;
-pub mod session;
 mod uploads;
+mod users;
+
+use std::sync::Arc;
 
 use axum::{
     Router,
-    extract::{DefaultBodyLimit, FromRef},
-    middleware,
-    routing::{any, get, post},
+    extract::{DefaultBodyLimit, FromRef, Request, State},
+    handler::Handler,
+    http::Method,
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::{MethodFilter, MethodRouter, any, on},
 };
 use leptos::prelude::LeptosOptions;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
-pub use pages::leptos_options;
+pub use pages::{leptos_options, page_paths, rpc_paths};
 
-use crate::progress::Hub;
+use crate::{
+    auth::{Me, Role},
+    config::{AuthArgs, AuthMode},
+    progress::Hub,
+};
+use error::ApiError;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -33,6 +52,7 @@ pub struct AppState {
     pub hub: Hub,
     pub leptos_options: LeptosOptions,
     pub max_upload_bytes: usize,
+    pub auth: Arc<AuthArgs>,
     /// Fires on shutdown; open event streams end with it.
     pub shutdown: CancellationToken,
 }
@@ -43,34 +63,189 @@ impl FromRef<AppState> for LeptosOptions {
     }
 }
 
+/// Who may call an API route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone, even without an account in `required` mode: signing in, up and out.
+    Public,
+    /// Anyone with a session, and in `guest` mode any visitor (who sees nothing yet, and
+    /// becomes a guest on making something). The handler scopes rows to the caller.
+    Anyone,
+    /// A signed-in account, not a guest: its password and API tokens.
+    Account,
+    /// Admins: the users and their roles.
+    Admin,
+}
+
+impl Access {
+    /// Whether `me` (none: a visitor without a session) may call a route with this access.
+    pub fn check(self, me: Option<&Me>, mode: AuthMode) -> Result<(), ApiError> {
+        let sign_in = || ApiError::Unauthorized("Sign in first.".into());
+        match (self, me) {
+            (Self::Public, _) => Ok(()),
+            (Self::Anyone, None) if mode == AuthMode::Required => Err(sign_in()),
+            (Self::Anyone, _) => Ok(()),
+            (_, None) => Err(sign_in()),
+            (Self::Account, Some(me)) if me.role == Role::Guest => Err(ApiError::Forbidden(
+                "Guests have no account: sign up first.".into(),
+            )),
+            (Self::Admin, Some(me)) if me.role != Role::Admin => {
+                Err(ApiError::Forbidden("Only admins can do this.".into()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One API route.
+pub struct Endpoint {
+    pub method: Method,
+    pub path: &'static str,
+    pub access: Access,
+    route: MethodRouter<AppState>,
+}
+
+impl Endpoint {
+    fn new<H, T>(method: Method, path: &'static str, access: Access, handler: H) -> Self
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        let filter = MethodFilter::try_from(method.clone()).expect("a routable method");
+        Self {
+            method,
+            path,
+            access,
+            route: on(filter, handler),
+        }
+    }
+}
+
 /// Multipart framing around the file itself.
 const MULTIPART_OVERHEAD: usize = 64 * 1024;
 
+/// Every API route, with who may call it.
+pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
+    use Access::*;
+    let (get, post, patch, delete) = (Method::GET, Method::POST, Method::PATCH, Method::DELETE);
+    let mut upload = Endpoint::new(post.clone(), "/api/uploads", Anyone, uploads::create);
+    upload.route = upload.route.layer(DefaultBodyLimit::max(
+        max_upload_bytes.saturating_add(MULTIPART_OVERHEAD),
+    ));
+    vec![
+        upload,
+        Endpoint::new(post.clone(), "/api/jobs", Anyone, jobs::create),
+        Endpoint::new(get.clone(), "/api/jobs", Anyone, jobs::list),
+        Endpoint::new(get.clone(), "/api/jobs/events", Anyone, events::all_jobs),
+        Endpoint::new(get.clone(), "/api/jobs/{id}", Anyone, jobs::show),
+        Endpoint::new(
+            get.clone(),
+            "/api/jobs/{id}/events",
+            Anyone,
+            events::one_job,
+        ),
+        Endpoint::new(post.clone(), "/api/jobs/{id}/cancel", Anyone, jobs::cancel),
+        Endpoint::new(post.clone(), "/api/jobs/{id}/retry", Anyone, jobs::retry),
+        Endpoint::new(post.clone(), "/api/jobs/{id}/seal", Anyone, jobs::seal),
+        Endpoint::new(get.clone(), "/api/jobs/{id}/errors", Anyone, reports::json),
+        Endpoint::new(
+            get.clone(),
+            "/api/jobs/{id}/errors.csv",
+            Anyone,
+            reports::csv,
+        ),
+        Endpoint::new(
+            get.clone(),
+            "/api/jobs/{id}/errors.xlsx",
+            Anyone,
+            reports::xlsx,
+        ),
+        Endpoint::new(
+            get.clone(),
+            "/api/jobs/{id}/result",
+            Anyone,
+            results::download,
+        ),
+        Endpoint::new(post.clone(), "/api/datasets", Anyone, datasets::create),
+        Endpoint::new(get.clone(), "/api/datasets", Anyone, datasets::list),
+        Endpoint::new(get.clone(), "/api/datasets/{name}", Anyone, datasets::show),
+        Endpoint::new(
+            get.clone(),
+            "/api/datasets/{name}/rows",
+            Anyone,
+            datasets::rows,
+        ),
+        Endpoint::new(get.clone(), "/api/session", Public, account::session),
+        Endpoint::new(post.clone(), "/api/session", Public, account::sign_in),
+        Endpoint::new(delete.clone(), "/api/session", Public, account::sign_out),
+        Endpoint::new(post.clone(), "/api/account", Public, account::sign_up),
+        Endpoint::new(
+            post.clone(),
+            "/api/account/password",
+            Account,
+            account::password,
+        ),
+        Endpoint::new(get.clone(), "/api/account/tokens", Account, account::tokens),
+        Endpoint::new(
+            post.clone(),
+            "/api/account/tokens",
+            Account,
+            account::new_token,
+        ),
+        Endpoint::new(
+            delete,
+            "/api/account/tokens/{id}",
+            Account,
+            account::revoke_token,
+        ),
+        Endpoint::new(get, "/api/users", Admin, users::list),
+        Endpoint::new(patch, "/api/users/{id}", Admin, users::set_role),
+    ]
+}
+
+/// The API's routes as (method, path, access), for tests and docs.
+pub fn route_table() -> Vec<(Method, &'static str, Access)> {
+    endpoints(0)
+        .into_iter()
+        .map(|e| (e.method, e.path, e.access))
+        .collect()
+}
+
+/// Refuses a request its route's [`Access`] does not admit.
+async fn require(access: Access, state: AppState, request: Request, next: Next) -> Response {
+    match access.check(request.extensions().get::<Me>(), state.auth.mode) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused.into_response(),
+    }
+}
+
 pub fn router(state: AppState) -> Router {
-    let api = Router::new()
-        .route(
-            "/api/uploads",
-            post(uploads::create).layer(DefaultBodyLimit::max(
-                state.max_upload_bytes.saturating_add(MULTIPART_OVERHEAD),
-            )),
-        )
-        .route("/api/jobs", post(jobs::create).get(jobs::list))
-        .route("/api/jobs/events", get(events::all_jobs))
-        .route("/api/jobs/{id}", get(jobs::show))
-        .route("/api/jobs/{id}/events", get(events::one_job))
-        .route("/api/jobs/{id}/cancel", post(jobs::cancel))
-        .route("/api/jobs/{id}/retry", post(jobs::retry))
-        .route("/api/jobs/{id}/seal", post(jobs::seal))
-        .route("/api/jobs/{id}/errors", get(reports::json))
-        .route("/api/jobs/{id}/errors.csv", get(reports::csv))
-        .route("/api/jobs/{id}/errors.xlsx", get(reports::xlsx))
-        .route("/api/jobs/{id}/result", get(results::download))
-        .route("/api/datasets", post(datasets::create).get(datasets::list))
-        .route("/api/datasets/{name}", get(datasets::show))
-        .route("/api/datasets/{name}/rows", get(datasets::rows))
-        .route("/api/{*rest}", any(error::no_such_endpoint));
+    let mut api = Router::new();
+    for endpoint in endpoints(state.max_upload_bytes) {
+        let access = endpoint.access;
+        let guard = middleware::from_fn_with_state(
+            state.clone(),
+            move |State(state): State<AppState>, request: Request, next: Next| {
+                require(access, state, request, next)
+            },
+        );
+        api = api.route(endpoint.path, endpoint.route.route_layer(guard));
+    }
+    let api = api.route("/api/{*rest}", any(error::no_such_endpoint));
     pages::add(api, &state)
-        .layer(middleware::from_fn(session::ensure))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            identity::resolve,
+        ))
+        .layer(middleware::from_fn(defences::same_origin_writes))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            defences::check_host,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            defences::security_headers,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

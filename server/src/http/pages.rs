@@ -1,73 +1,154 @@
-//! The Leptos pages and server functions, and the [`PageData`] they read through.
+//! The Leptos pages and server functions, and the [`PageData`] they read through: the same
+//! store functions as the JSON API, scoped to the reader in the same way.
 
 use std::sync::Arc;
 
 use app::{
     App,
+    auth::{Me, SessionView, TokenView, UserView},
     data::{PageData, Store},
     model::{DatasetView, JobView},
     shell,
 };
-use axum::Router;
-use leptos::prelude::{LeptosOptions, get_configuration, provide_context};
-use leptos_axum::{LeptosRoutes, file_and_error_handler, generate_route_list};
+use axum::{
+    Router,
+    http::{HeaderValue, header::CONTENT_SECURITY_POLICY},
+};
+use leptos::prelude::{LeptosOptions, get_configuration, provide_context, use_context};
+use leptos_axum::{
+    LeptosRoutes, ResponseOptions, file_and_error_handler_with_context, generate_route_list,
+};
 use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::AppState;
-use crate::store::{datasets, jobs};
+use super::{AppState, defences};
+use crate::{
+    auth::Sees,
+    config::{AuthArgs, AuthMode},
+    store::{datasets, jobs, sessions, users},
+};
 
-struct PgPageData(PgPool);
+struct PgPageData {
+    pool: PgPool,
+    auth: Arc<AuthArgs>,
+}
+
+fn text(err: sqlx::Error) -> String {
+    tracing::error!("page data: {err}");
+    "The data could not be read. Please try again.".to_owned()
+}
 
 #[async_trait::async_trait]
 impl PageData for PgPageData {
-    async fn job(&self, id: Uuid) -> Result<Option<JobView>, String> {
-        jobs::find(&self.0, id).await.map_err(|err| err.to_string())
+    async fn job(&self, me: Option<&Me>, id: Uuid) -> Result<Option<JobView>, String> {
+        jobs::find(&self.pool, id, Sees::of(me)).await.map_err(text)
     }
 
-    async fn recent_jobs(&self, limit: i64) -> Result<Vec<JobView>, String> {
-        jobs::recent(&self.0, limit, None)
+    async fn recent_jobs(&self, me: Option<&Me>, limit: i64) -> Result<Vec<JobView>, String> {
+        jobs::recent(&self.pool, Sees::of(me), limit, None)
             .await
-            .map_err(|err| err.to_string())
+            .map_err(text)
     }
 
-    async fn datasets(&self) -> Result<Vec<DatasetView>, String> {
-        datasets::list(&self.0).await.map_err(|err| err.to_string())
+    async fn datasets(&self, me: Option<&Me>) -> Result<Vec<DatasetView>, String> {
+        datasets::list(&self.pool, Sees::of(me)).await.map_err(text)
     }
 
     async fn dataset(
         &self,
+        me: Option<&Me>,
         name: &str,
+        owner: Option<Uuid>,
         rows: i64,
     ) -> Result<Option<(DatasetView, Vec<Value>)>, String> {
-        let Some(dataset) = datasets::find(&self.0, name)
-            .await
-            .map_err(|err| err.to_string())?
+        let Some(owner) = me
+            .map(|me| owner.unwrap_or(me.id))
+            .filter(|owner| me.is_some_and(|me| me.sees(*owner)))
         else {
             return Ok(None);
         };
-        let rows = datasets::rows(&self.0, name, None, rows)
+        let Some(dataset) = datasets::find(&self.pool, owner, name)
             .await
-            .map_err(|err| err.to_string())?
+            .map_err(text)?
+        else {
+            return Ok(None);
+        };
+        let rows = datasets::rows(&self.pool, owner, name, None, rows)
+            .await
+            .map_err(text)?
             .map(|(rows, _)| rows)
             .unwrap_or_default();
         Ok(Some((dataset, rows)))
+    }
+
+    fn session(&self, me: Option<Me>) -> SessionView {
+        SessionView {
+            me,
+            sign_up: self.auth.sign_up,
+            guests: self.auth.mode == AuthMode::Guest,
+        }
+    }
+
+    async fn users(&self) -> Result<Vec<UserView>, String> {
+        users::accounts(&self.pool).await.map_err(text)
+    }
+
+    async fn tokens(&self, me: &Me) -> Result<Vec<TokenView>, String> {
+        sessions::tokens_of(&self.pool, me.id).await.map_err(text)
+    }
+}
+
+/// What every page render and server function gets: the data, and a Content-Security-Policy
+/// naming the nonce Leptos put on this response's inline scripts.
+fn context(store: Store) -> impl Fn() + Clone + Send + 'static {
+    move || {
+        provide_context(store.clone());
+        if let (Some(nonce), Some(response)) =
+            (leptos::nonce::use_nonce(), use_context::<ResponseOptions>())
+            && let Ok(policy) = HeaderValue::from_str(&defences::page_policy(&nonce))
+        {
+            response.insert_header(CONTENT_SECURITY_POLICY, policy);
+        }
     }
 }
 
 /// Adds the pages, the server functions and static files to the router.
 pub fn add(router: Router<AppState>, state: &AppState) -> Router<AppState> {
-    let reader: Store = Arc::new(PgPageData(state.pool.clone()));
+    let store: Store = Arc::new(PgPageData {
+        pool: state.pool.clone(),
+        auth: state.auth.clone(),
+    });
     let options = state.leptos_options.clone();
     router
         .leptos_routes_with_context(
             state,
             generate_route_list(App),
-            move || provide_context(reader.clone()),
+            context(store.clone()),
             move || shell(options.clone()),
         )
-        .fallback(file_and_error_handler::<AppState, _>(shell))
+        .fallback(file_and_error_handler_with_context::<AppState, _>(
+            context(store),
+            shell,
+        ))
+}
+
+/// The pages' paths, as the router serves them (for tests that walk every route).
+pub fn page_paths() -> Vec<String> {
+    generate_route_list(App)
+        .iter()
+        .map(|route| route.path().to_owned())
+        .collect()
+}
+
+/// The server functions' paths (for tests that walk every route).
+pub fn rpc_paths() -> Vec<String> {
+    let mut paths: Vec<String> = leptos::server_fn::axum::server_fn_paths()
+        .map(|(path, _)| path.to_owned())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
 }
 
 /// Leptos's settings: from cargo-leptos's environment when it built or runs us; otherwise

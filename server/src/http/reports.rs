@@ -16,8 +16,11 @@ use uuid::Uuid;
 use super::{
     AppState,
     error::ApiError,
+    identity::Caller,
     jobs::{job_id, no_such_job},
 };
+use app::model::JobView;
+
 use crate::{
     jobs::{export::XLSX_TYPE, pipe},
     spreadsheet::{
@@ -47,10 +50,11 @@ pub struct ErrorsPage {
 
 pub async fn json(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
     Query(query): Query<ErrorsQuery>,
 ) -> Result<Json<ErrorsPage>, ApiError> {
-    let id = existing_job(&state, id).await?.0;
+    let id = visible_job(&state, &caller, id).await?.id;
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
     let lines = errors::page(&state.pool, id, query.after.unwrap_or(0), limit).await?;
     let next = (lines.len() as i64 == limit)
@@ -64,12 +68,13 @@ pub async fn json(
 
 pub async fn csv(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let (id, filename) = existing_job(&state, id).await?;
-    let (_, body) = report_csv(&state, id).await?;
+    let job = visible_job(&state, &caller, id).await?;
+    let (_, body) = report_csv(&state, job.id).await?;
     Ok(attachment(
-        &filename,
+        &report_name(&job),
         "csv",
         "text/csv; charset=utf-8",
         body,
@@ -79,12 +84,11 @@ pub async fn csv(
 /// The same report as an XLSX workbook (all cells text), converted while it streams.
 pub async fn xlsx(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let (id, filename) = existing_job(&state, id).await?;
-    let failed = jobs::find(&state.pool, id)
-        .await?
-        .map_or(0, |job| job.rows_failed);
+    let job = visible_job(&state, &caller, id).await?;
+    let (id, failed) = (job.id, job.rows_failed);
     if failed > MAX_XLSX_ROWS {
         return Err(ApiError::Invalid(format!(
             "The report has {failed} rows, more than an Excel sheet holds: download it as CSV."
@@ -100,7 +104,7 @@ pub async fn xlsx(
             tracing::warn!(%id, "error report as XLSX failed: {err}");
         }
     });
-    Ok(attachment(&filename, "xlsx", XLSX_TYPE, body))
+    Ok(attachment(&report_name(&job), "xlsx", XLSX_TYPE, body))
 }
 
 /// Every bad row as it was, plus `_error`, as CSV (header first), read a page at a time; and
@@ -161,14 +165,19 @@ fn attachment(
         .into_response()
 }
 
-/// The job's id and file name, or a 404.
-async fn existing_job(
+/// The job, if the caller may see it; a 404 otherwise, as for a missing one.
+async fn visible_job(
     state: &AppState,
+    caller: &Caller,
     id: Result<Path<Uuid>, PathRejection>,
-) -> Result<(Uuid, String), ApiError> {
+) -> Result<JobView, ApiError> {
     let id = job_id(id)?;
-    let job = jobs::find(&state.pool, id)
+    jobs::find(&state.pool, id, caller.sees())
         .await?
-        .ok_or_else(|| no_such_job(id))?;
-    Ok((id, job.filename.unwrap_or_else(|| "import".to_owned())))
+        .ok_or_else(|| no_such_job(id))
+}
+
+/// The imported file's name, which the report's is made from.
+fn report_name(job: &JobView) -> String {
+    job.filename.clone().unwrap_or_else(|| "import".to_owned())
 }

@@ -13,19 +13,22 @@ use uuid::Uuid;
 use super::{
     AppState,
     error::ApiError,
+    identity::Caller,
     jobs::{job_id, no_such_job},
 };
 use crate::{
+    auth::Sees,
     jobs::export::{CSV_TYPE, XLSX_TYPE},
     store::{jobs, uploads},
 };
 
 pub async fn download(
     State(state): State<AppState>,
+    caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let id = job_id(id)?;
-    let (result, dataset, format) = jobs::export_result(&state.pool, id)
+    let (result, dataset, format) = jobs::export_result(&state.pool, id, caller.sees())
         .await?
         .ok_or_else(|| no_such_job(id))?;
     let Some(upload_id) = result else {
@@ -33,7 +36,7 @@ pub async fn download(
             "The export has no file yet: it is not complete.".into(),
         ));
     };
-    let upload = uploads::find(&state.pool, upload_id)
+    let upload = uploads::find(&state.pool, upload_id, Sees::Everything)
         .await?
         .ok_or_else(|| no_such_job(id))?;
     let content_type = if format == "xlsx" {

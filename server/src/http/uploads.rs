@@ -1,19 +1,19 @@
 //! `POST /api/uploads`: stream a multipart `file` field into storage.
 
 use axum::{
-    Extension, Json,
+    Json,
     extract::{Multipart, State, multipart::MultipartError},
     http::StatusCode,
 };
 
-use super::{AppState, error::ApiError, session::Owner};
+use super::{AppState, error::ApiError, identity::Owner};
 use futures::TryStreamExt;
 
 use crate::store::uploads::{self, Upload, UploadError};
 
 pub async fn create(
     State(state): State<AppState>,
-    Extension(owner): Extension<Owner>,
+    Owner(owner): Owner,
     mut multipart: Multipart,
 ) -> Result<(StatusCode, Json<Upload>), ApiError> {
     let limit = state.max_upload_bytes;
@@ -29,7 +29,7 @@ pub async fn create(
         let content_type = field.content_type().map(str::to_owned);
         let upload = uploads::save(
             &state.pool,
-            &owner.0,
+            owner.id,
             &filename,
             content_type.as_deref(),
             limit,

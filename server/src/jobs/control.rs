@@ -6,7 +6,10 @@
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::store::{jobs, notify};
+use crate::{
+    auth::Sees,
+    store::{jobs, notify},
+};
 
 /// What became of a request to cancel or retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,18 +21,18 @@ pub enum Outcome {
 }
 
 /// `waiting`/`running` → `cancelled`: no new chunk starts, running ones stop.
-pub async fn cancel(pool: &PgPool, job_id: Uuid) -> sqlx::Result<Outcome> {
-    transition(pool, job_id, Transition::Cancel).await
+pub async fn cancel(pool: &PgPool, job_id: Uuid, acts: Sees) -> sqlx::Result<Outcome> {
+    transition(pool, job_id, acts, Transition::Cancel).await
 }
 
 /// `failed`/`cancelled` → running again, for the chunks (or plan) not done.
-pub async fn retry(pool: &PgPool, job_id: Uuid) -> sqlx::Result<Outcome> {
-    transition(pool, job_id, Transition::Retry).await
+pub async fn retry(pool: &PgPool, job_id: Uuid, acts: Sees) -> sqlx::Result<Outcome> {
+    transition(pool, job_id, acts, Transition::Retry).await
 }
 
 /// A batch takes no more children.
-pub async fn seal(pool: &PgPool, job_id: Uuid) -> sqlx::Result<Outcome> {
-    transition(pool, job_id, Transition::Seal).await
+pub async fn seal(pool: &PgPool, job_id: Uuid, acts: Sees) -> sqlx::Result<Outcome> {
+    transition(pool, job_id, acts, Transition::Seal).await
 }
 
 enum Transition {
@@ -38,18 +41,24 @@ enum Transition {
     Seal,
 }
 
-async fn transition(pool: &PgPool, job_id: Uuid, transition: Transition) -> sqlx::Result<Outcome> {
+/// One transition of a job that `acts` covers (someone else's job is `NoSuchJob`).
+async fn transition(
+    pool: &PgPool,
+    job_id: Uuid,
+    acts: Sees,
+    transition: Transition,
+) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;
     // Every job changed, with its new version (a cancelled batch takes its children along).
     let this_job = |version: Option<i64>| version.map(|v| (job_id, v)).into_iter().collect();
     let changed: Vec<(Uuid, i64)> = match transition {
-        Transition::Cancel => jobs::cancel(&mut tx, job_id).await?,
-        Transition::Retry => this_job(jobs::retry(&mut tx, job_id).await?),
-        Transition::Seal => this_job(jobs::seal_batch(&mut tx, job_id).await?),
+        Transition::Cancel => jobs::cancel(&mut tx, job_id, acts).await?,
+        Transition::Retry => this_job(jobs::retry(&mut tx, job_id, acts).await?),
+        Transition::Seal => this_job(jobs::seal_batch(&mut tx, job_id, acts).await?),
     };
     if changed.is_empty() {
         tx.rollback().await?;
-        return Ok(match jobs::find(pool, job_id).await? {
+        return Ok(match jobs::find(pool, job_id, acts).await? {
             Some(_) => Outcome::NotApplicable,
             None => Outcome::NoSuchJob,
         });

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::queue::{self, Priority, TaskMsg};
 use crate::{
+    auth::Sees,
     spreadsheet::schema,
     store::{
         datasets,
@@ -40,28 +41,31 @@ pub struct Created {
     pub replayed: bool,
 }
 
-/// Queues the import of an upload into a dataset (created when new); `sheet` picks a
-/// workbook's sheet (the first with a value when `None`).
+/// Queues the import of one of `owner`'s uploads into their dataset (created when new);
+/// `sheet` picks a workbook's sheet (the first with a value when `None`).
 pub async fn import(
     pool: &PgPool,
-    owner: &str,
+    owner: Uuid,
     upload_id: Uuid,
     dataset: &str,
     sheet: Option<&str>,
     options: &Options,
 ) -> Result<Created, CreateError> {
     schema::check_dataset_name(dataset).map_err(CreateError::Invalid)?;
-    if uploads::find(pool, upload_id).await?.is_none() {
+    if uploads::find(pool, upload_id, Sees::OwnedBy(owner))
+        .await?
+        .is_none()
+    {
         return Err(CreateError::UploadNotFound(upload_id));
     }
-    let options = with_dataset_order(options, dataset);
+    let options = with_dataset_order(options, owner, dataset);
     let mut tx = pool.begin().await?;
     jobs::lock_serialize_key(
         &mut tx,
         options.serialize_key.as_deref().unwrap_or_default(),
     )
     .await?;
-    join_batch(&mut tx, &options).await?;
+    join_batch(&mut tx, owner, &options).await?;
     let dataset_id = datasets::ensure(&mut tx, owner, dataset).await?;
     let kind = NewKind::Import { upload_id, sheet };
     let inserted = jobs::insert(&mut tx, owner, dataset_id, kind, &options).await?;
@@ -69,10 +73,10 @@ pub async fn import(
     queue_first_task(pool, tx, owner, &options, inserted, plan).await
 }
 
-/// Queues the export of a dataset as `csv` or `xlsx`.
+/// Queues the export of one of `owner`'s datasets as `csv` or `xlsx`.
 pub async fn export(
     pool: &PgPool,
-    owner: &str,
+    owner: Uuid,
     dataset: &str,
     format: &str,
     options: &Options,
@@ -82,17 +86,17 @@ pub async fn export(
             "Unknown format \"{format}\": use \"csv\" or \"xlsx\"."
         )));
     }
-    let options = with_dataset_order(options, dataset);
+    let options = with_dataset_order(options, owner, dataset);
     let mut tx = pool.begin().await?;
     jobs::lock_serialize_key(
         &mut tx,
         options.serialize_key.as_deref().unwrap_or_default(),
     )
     .await?;
-    let dataset_id = datasets::id_of(&mut tx, dataset)
+    let dataset_id = datasets::id_of(&mut tx, owner, dataset)
         .await?
         .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?;
-    join_batch(&mut tx, &options).await?;
+    join_batch(&mut tx, owner, &options).await?;
     let kind = NewKind::Export { format };
     let inserted = jobs::insert(&mut tx, owner, dataset_id, kind, &options).await?;
     let plan = |job_id| Some(TaskMsg::ExportPlan { job_id });
@@ -101,18 +105,22 @@ pub async fn export(
 
 /// Creates a batch: a parent for imports and exports created with its id as `parentId`. It
 /// completes once sealed (`POST /api/jobs/{id}/seal`) and all its children have completed.
-pub async fn batch(pool: &PgPool, owner: &str, options: &Options) -> Result<Created, CreateError> {
+pub async fn batch(pool: &PgPool, owner: Uuid, options: &Options) -> Result<Created, CreateError> {
     let mut tx = pool.begin().await?;
     let inserted = jobs::insert_batch(&mut tx, owner, options).await?;
     // A batch has no task of its own: the reaper ends it.
     queue_first_task(pool, tx, owner, options, inserted, |_| None).await
 }
 
-/// Checks that the job's batch, if it names one, takes children, and holds it open until the
-/// job is created.
-async fn join_batch(conn: &mut PgConnection, options: &Options) -> Result<(), CreateError> {
+/// Checks that the job's batch, if it names one, is the owner's and takes children, and holds
+/// it open until the job is created.
+async fn join_batch(
+    conn: &mut PgConnection,
+    owner: Uuid,
+    options: &Options,
+) -> Result<(), CreateError> {
     match options.parent_id {
-        Some(parent) if !jobs::lock_open_batch(conn, parent).await? => {
+        Some(parent) if !jobs::lock_open_batch(conn, parent, owner).await? => {
             Err(CreateError::NotAnOpenBatch(parent))
         }
         _ => Ok(()),
@@ -123,7 +131,7 @@ async fn join_batch(conn: &mut PgConnection, options: &Options) -> Result<(), Cr
 async fn deduped(
     pool: &PgPool,
     tx: Transaction<'_, Postgres>,
-    owner: &str,
+    owner: Uuid,
     options: &Options,
 ) -> Result<Uuid, CreateError> {
     tx.rollback().await?;
@@ -135,15 +143,15 @@ async fn deduped(
 }
 
 /// Jobs on a dataset run in creation order unless the request names another serialize key:
-/// an export never reads a dataset an earlier import is still writing.
-fn with_dataset_order(options: &Options, dataset: &str) -> Options {
+/// an export never reads a dataset an earlier import is still writing. Keys are the owner's
+/// own (stored as `<owner>:<key>`): nobody can queue ahead of, or behind, another's jobs.
+fn with_dataset_order(options: &Options, owner: Uuid, dataset: &str) -> Options {
+    let key = options
+        .serialize_key
+        .clone()
+        .unwrap_or_else(|| format!("dataset:{dataset}"));
     Options {
-        serialize_key: Some(
-            options
-                .serialize_key
-                .clone()
-                .unwrap_or_else(|| format!("dataset:{dataset}")),
-        ),
+        serialize_key: Some(format!("{owner}:{key}")),
         ..options.clone()
     }
 }
@@ -153,7 +161,7 @@ fn with_dataset_order(options: &Options, dataset: &str) -> Options {
 async fn queue_first_task(
     pool: &PgPool,
     mut tx: Transaction<'_, Postgres>,
-    owner: &str,
+    owner: Uuid,
     options: &Options,
     inserted: Option<NewJob>,
     first_task: impl Fn(Uuid) -> Option<TaskMsg>,
@@ -169,7 +177,7 @@ async fn queue_first_task(
         }
         None => (deduped(pool, tx, owner, options).await?, true),
     };
-    let job = jobs::find(pool, job_id)
+    let job = jobs::find(pool, job_id, Sees::OwnedBy(owner))
         .await?
         .ok_or(sqlx::Error::RowNotFound)?;
     Ok(Created { job, replayed })

@@ -181,7 +181,7 @@ pub async fn finish(
         });
         let save = uploads::save(
             pool,
-            &job.owner,
+            job.owner,
             &filename,
             Some(XLSX_TYPE),
             usize::MAX,
@@ -212,7 +212,7 @@ pub async fn finish(
         }
         saved
     } else {
-        uploads::save(pool, &job.owner, &filename, Some(CSV_TYPE), usize::MAX, csv).await
+        uploads::save(pool, job.owner, &filename, Some(CSV_TYPE), usize::MAX, csv).await
     };
     let saved = saved.map_err(std::io::Error::other)?;
 

@@ -25,6 +25,7 @@ use super::{
     pipe, plan,
 };
 use crate::{
+    auth::Sees,
     spreadsheet::{
         ChunkSpan, Plan,
         csv::{self, RowFormat, ScanError, Scanned},
@@ -61,7 +62,7 @@ pub async fn run(
     stop: &CancellationToken,
 ) -> Result<(), TaskError> {
     let pool = &engine.pool;
-    let upload = uploads::find(pool, job.upload_id)
+    let upload = uploads::find(pool, job.upload_id, Sees::Everything)
         .await?
         .ok_or(sqlx::Error::RowNotFound)?;
     if let Some(reason) = convert::too_large(upload.size as u64) {

@@ -15,7 +15,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
 use super::{Change, Hub};
-use crate::store::jobs;
+use crate::{auth::Sees, store::jobs};
 
 /// The shortest time between two pushes of the same job.
 pub const COALESCE: Duration = Duration::from_millis(100);
@@ -48,11 +48,14 @@ enum Pending {
     Jobs(Vec<Uuid>),
 }
 
-/// Job states for `scope`, starting after `last_version` (the SSE `Last-Event-ID`) when given.
+/// Job states for `scope`, of the jobs `sees` covers, starting after `last_version` (the SSE
+/// `Last-Event-ID`) when given. Every read filters on the owner in SQL, so a change to someone
+/// else's job costs a query that returns nothing and sends nothing.
 pub fn follow(
     pool: PgPool,
     hub: &Hub,
     scope: Scope,
+    sees: Sees,
     last_version: Option<i64>,
 ) -> impl Stream<Item = JobView> + use<> {
     let mut changes = hub.subscribe();
@@ -64,7 +67,7 @@ pub fn follow(
         }
         let mut pending = Pending::Everything;
         loop {
-            let views = match read(&pool, scope, pending).await {
+            let views = match read(&pool, scope, sees, pending).await {
                 Ok(views) => views,
                 Err(err) => {
                     // Try again shortly: the job may never change again to wake us.
@@ -126,14 +129,19 @@ pub fn follow(
     ReceiverStream::new(rx)
 }
 
-async fn read(pool: &PgPool, scope: Scope, pending: Pending) -> sqlx::Result<Vec<JobView>> {
+async fn read(
+    pool: &PgPool,
+    scope: Scope,
+    sees: Sees,
+    pending: Pending,
+) -> sqlx::Result<Vec<JobView>> {
     match (scope, pending) {
-        (Scope::One(id), _) => Ok(jobs::find(pool, id).await?.into_iter().collect()),
+        (Scope::One(id), _) => Ok(jobs::find(pool, id, sees).await?.into_iter().collect()),
         (Scope::All, Pending::Everything) => {
-            let mut views = jobs::recent(pool, LIST_RESYNC, None).await?;
+            let mut views = jobs::recent(pool, sees, LIST_RESYNC, None).await?;
             views.reverse();
             Ok(views)
         }
-        (Scope::All, Pending::Jobs(ids)) => jobs::find_many(pool, &ids).await,
+        (Scope::All, Pending::Jobs(ids)) => jobs::find_many(pool, &ids, sees).await,
     }
 }

@@ -7,7 +7,21 @@ use uuid::Uuid;
 
 use app::model::{Column, DatasetView};
 
-use crate::spreadsheet::{record, schema};
+use crate::{
+    auth::Sees,
+    spreadsheet::{record, schema},
+};
+
+/// What a [`DatasetView`] shows, from `datasets d`.
+macro_rules! select_view {
+    ($rest:literal) => {
+        concat!(
+            "select d.name, d.columns, d.key, d.created_at, d.owner, o.email as owner_email
+             from datasets d join users o on o.id = d.owner ",
+            $rest
+        )
+    };
+}
 
 #[derive(sqlx::FromRow)]
 struct DatasetRow {
@@ -15,6 +29,8 @@ struct DatasetRow {
     columns: Json<Vec<Column>>,
     key: Option<String>,
     created_at: DateTime<Utc>,
+    owner: Uuid,
+    owner_email: Option<String>,
 }
 
 impl From<DatasetRow> for DatasetView {
@@ -24,22 +40,25 @@ impl From<DatasetRow> for DatasetView {
             columns: row.columns.0,
             key: row.key,
             created_at: row.created_at,
+            owner: row.owner,
+            owner_email: row.owner_email,
         }
     }
 }
 
-/// Creates a dataset with a declared schema; `None` when the name is taken.
+/// Creates a dataset of `owner` with a declared schema; `None` when they have one with that
+/// name.
 pub async fn create(
     pool: &PgPool,
-    owner: &str,
+    owner: Uuid,
     name: &str,
     columns: &[Column],
     key: Option<&str>,
 ) -> sqlx::Result<Option<DatasetView>> {
-    sqlx::query_as::<_, DatasetRow>(
+    let created: Option<Uuid> = sqlx::query_scalar(
         "insert into datasets (id, owner, name, columns, key) values ($1, $2, $3, $4, $5)
-         on conflict (name) do nothing
-         returning name, columns, key, created_at",
+         on conflict (owner, name) do nothing
+         returning id",
     )
     .bind(Uuid::now_v7())
     .bind(owner)
@@ -47,25 +66,29 @@ pub async fn create(
     .bind(Json(columns))
     .bind(key)
     .fetch_optional(pool)
-    .await
-    .map(|row| row.map(DatasetView::from))
+    .await?;
+    match created {
+        Some(_) => find(pool, owner, name).await,
+        None => Ok(None),
+    }
 }
 
-pub async fn find(pool: &PgPool, name: &str) -> sqlx::Result<Option<DatasetView>> {
-    sqlx::query_as::<_, DatasetRow>(
-        "select name, columns, key, created_at from datasets where name = $1",
-    )
-    .bind(name)
-    .fetch_optional(pool)
-    .await
-    .map(|row| row.map(DatasetView::from))
+/// `owner`'s dataset with this name.
+pub async fn find(pool: &PgPool, owner: Uuid, name: &str) -> sqlx::Result<Option<DatasetView>> {
+    sqlx::query_as::<_, DatasetRow>(select_view!("where d.owner = $1 and d.name = $2"))
+        .bind(owner)
+        .bind(name)
+        .fetch_optional(pool)
+        .await
+        .map(|row| row.map(DatasetView::from))
 }
 
-/// Every dataset, by name.
-pub async fn list(pool: &PgPool) -> sqlx::Result<Vec<DatasetView>> {
-    sqlx::query_as::<_, DatasetRow>(
-        "select name, columns, key, created_at from datasets order by name",
-    )
+/// Every dataset `sees` covers, by name (then owner).
+pub async fn list(pool: &PgPool, sees: Sees) -> sqlx::Result<Vec<DatasetView>> {
+    sqlx::query_as::<_, DatasetRow>(select_view!(
+        "where $1::uuid is null or d.owner = $1 order by d.name, o.email nulls last, d.owner"
+    ))
+    .bind(sees.owner_filter())
     .fetch_all(pool)
     .await
     .map(|rows| rows.into_iter().map(DatasetView::from).collect())
@@ -84,13 +107,13 @@ pub async fn schema(
     Ok((columns.0, key))
 }
 
-/// The dataset's id, creating it (owned by `owner`) when no dataset has that name.
-pub async fn ensure(conn: &mut PgConnection, owner: &str, name: &str) -> sqlx::Result<Uuid> {
+/// The id of `owner`'s dataset with this name, creating it when they have none.
+pub async fn ensure(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Result<Uuid> {
     // `do nothing` takes no row lock on an existing dataset (a `do update` would wait for every
     // chunk writing to it); a second statement, with a fresh snapshot, then finds it.
     let created: Option<Uuid> = sqlx::query_scalar(
         "insert into datasets (id, owner, name) values ($1, $2, $3)
-         on conflict (name) do nothing
+         on conflict (owner, name) do nothing
          returning id",
     )
     .bind(Uuid::now_v7())
@@ -100,13 +123,16 @@ pub async fn ensure(conn: &mut PgConnection, owner: &str, name: &str) -> sqlx::R
     .await?;
     match created {
         Some(id) => Ok(id),
-        None => id_of(conn, name).await?.ok_or(sqlx::Error::RowNotFound),
+        None => id_of(conn, owner, name)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound),
     }
 }
 
-/// The id of the dataset with this name.
-pub async fn id_of(conn: &mut PgConnection, name: &str) -> sqlx::Result<Option<Uuid>> {
-    sqlx::query_scalar("select id from datasets where name = $1")
+/// The id of `owner`'s dataset with this name.
+pub async fn id_of(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar("select id from datasets where owner = $1 and name = $2")
+        .bind(owner)
         .bind(name)
         .fetch_optional(conn)
         .await
@@ -208,16 +234,17 @@ pub async fn upsert_rows(
     .await
 }
 
-/// A page of the dataset's rows in import order, or `None` when no dataset has that name;
-/// with the position to pass as `after` for the next page (none on the last).
+/// A page of the rows of `owner`'s dataset in import order, or `None` when they have none with
+/// that name; with the position to pass as `after` for the next page (none on the last).
 pub async fn rows(
     pool: &PgPool,
+    owner: Uuid,
     name: &str,
     after: Option<i64>,
     limit: i64,
 ) -> sqlx::Result<Option<(Vec<Value>, Option<i64>)>> {
     let mut conn = pool.acquire().await?;
-    let Some(dataset_id) = id_of(&mut conn, name).await? else {
+    let Some(dataset_id) = id_of(&mut conn, owner, name).await? else {
         return Ok(None);
     };
     let (columns, _) = schema(&mut conn, dataset_id).await?;

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, types::Json};
 use uuid::Uuid;
 
-use crate::spreadsheet::csv::RowFormat;
+use crate::{auth::Sees, spreadsheet::csv::RowFormat};
 
 /// `select … from jobs` with what a [`JobView`] shows, followed by the given SQL.
 macro_rules! select_view {
@@ -23,8 +23,9 @@ macro_rules! select_view {
                         'attempts', c.attempts, 'error', c.last_error) order by c.chunk_no), '[]')
             from (select * from job_chunks where job_id = j.id and state = 'failed'
                   order by chunk_no limit 100) c) as failed_parts,
-           j.parent_id
+           j.parent_id, j.owner, o.email as owner_email
     from jobs j
+    join users o on o.id = j.owner
     left join uploads u on u.id = j.upload_id
     left join datasets d on d.id = j.dataset_id ",
             $rest
@@ -56,6 +57,8 @@ struct ViewRow {
     elapsed_seconds: Option<f64>,
     failed_parts: Json<Vec<FailedPart>>,
     parent_id: Option<Uuid>,
+    owner: Uuid,
+    owner_email: Option<String>,
 }
 
 impl From<ViewRow> for JobView {
@@ -92,6 +95,8 @@ impl From<ViewRow> for JobView {
             elapsed_seconds: row.elapsed_seconds,
             failed_parts: row.failed_parts.0,
             parent_id: row.parent_id,
+            owner: row.owner,
+            owner_email: row.owner_email,
         }
     }
 }
@@ -138,7 +143,7 @@ pub enum NewKind<'a> {
 /// with the same dedupe key.
 pub async fn insert(
     conn: &mut PgConnection,
-    owner: &str,
+    owner: Uuid,
     dataset_id: Uuid,
     kind: NewKind<'_>,
     options: &Options,
@@ -177,7 +182,7 @@ pub async fn insert(
 /// `None` as for [`insert`].
 pub async fn insert_batch(
     conn: &mut PgConnection,
-    owner: &str,
+    owner: Uuid,
     options: &Options,
 ) -> sqlx::Result<Option<NewJob>> {
     sqlx::query_as(
@@ -194,28 +199,36 @@ pub async fn insert_batch(
     .await
 }
 
-/// Whether `id` is a batch still taking children; holds it (against a concurrent seal) until
-/// the transaction ends.
-pub async fn lock_open_batch(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
+/// Whether `id` is `owner`'s batch still taking children; holds it (against a concurrent
+/// seal) until the transaction ends.
+pub async fn lock_open_batch(conn: &mut PgConnection, id: Uuid, owner: Uuid) -> sqlx::Result<bool> {
     let open: Option<bool> = sqlx::query_scalar(
-        "select true from jobs where id = $1 and kind = 'batch' and status = 'running'
-             and not sealed
+        "select true from jobs where id = $1 and owner = $2 and kind = 'batch'
+             and status = 'running' and not sealed
          for share",
     )
     .bind(id)
+    .bind(owner)
     .fetch_optional(conn)
     .await?;
     Ok(open.is_some())
 }
 
-/// A batch takes no more children; the new version, `None` unless it was an open batch.
-pub async fn seal_batch(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+/// A batch takes no more children; the new version, `None` unless it was an open batch that
+/// `acts` covers.
+pub async fn seal_batch(
+    conn: &mut PgConnection,
+    id: Uuid,
+    acts: Sees,
+) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar(
         "update jobs set sealed = true, version = version + 1
          where id = $1 and kind = 'batch' and status = 'running' and not sealed
+           and ($2::uuid is null or owner = $2)
          returning version",
     )
     .bind(id)
+    .bind(acts.owner_filter())
     .fetch_optional(conn)
     .await
 }
@@ -255,7 +268,7 @@ pub async fn lock_serialize_key(conn: &mut PgConnection, key: &str) -> sqlx::Res
 /// The owner's job made with this dedupe key.
 pub async fn find_deduped(
     conn: &mut PgConnection,
-    owner: &str,
+    owner: Uuid,
     dedupe_key: &str,
 ) -> sqlx::Result<Option<Uuid>> {
     sqlx::query_scalar("select id from jobs where owner = $1 and dedupe_key = $2")
@@ -265,32 +278,48 @@ pub async fn find_deduped(
         .await
 }
 
-pub async fn find(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<JobView>> {
-    sqlx::query_as::<_, ViewRow>(select_view!("where j.id = $1"))
-        .bind(id)
-        .fetch_optional(pool)
-        .await
-        .map(|row| row.map(JobView::from))
-}
-
-pub async fn find_many(pool: &PgPool, ids: &[Uuid]) -> sqlx::Result<Vec<JobView>> {
-    sqlx::query_as::<_, ViewRow>(select_view!("where j.id = any($1)"))
-        .bind(ids)
-        .fetch_all(pool)
-        .await
-        .map(|rows| rows.into_iter().map(JobView::from).collect())
-}
-
-/// Newest first; `before` continues a page after the job with that id (keyset paging).
-pub async fn recent(pool: &PgPool, limit: i64, before: Option<Uuid>) -> sqlx::Result<Vec<JobView>> {
+/// The job with this id, if `sees` covers it.
+pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<JobView>> {
     sqlx::query_as::<_, ViewRow>(select_view!(
-        "where $2::uuid is null
-            or (j.created_at, j.id) < (select created_at, id from jobs where id = $2)
+        "where j.id = $1 and ($2::uuid is null or j.owner = $2)"
+    ))
+    .bind(id)
+    .bind(sees.owner_filter())
+    .fetch_optional(pool)
+    .await
+    .map(|row| row.map(JobView::from))
+}
+
+/// The jobs with these ids that `sees` covers.
+pub async fn find_many(pool: &PgPool, ids: &[Uuid], sees: Sees) -> sqlx::Result<Vec<JobView>> {
+    sqlx::query_as::<_, ViewRow>(select_view!(
+        "where j.id = any($1) and ($2::uuid is null or j.owner = $2)"
+    ))
+    .bind(ids)
+    .bind(sees.owner_filter())
+    .fetch_all(pool)
+    .await
+    .map(|rows| rows.into_iter().map(JobView::from).collect())
+}
+
+/// The jobs `sees` covers, newest first; `before` continues a page after the job with that id
+/// (keyset paging).
+pub async fn recent(
+    pool: &PgPool,
+    sees: Sees,
+    limit: i64,
+    before: Option<Uuid>,
+) -> sqlx::Result<Vec<JobView>> {
+    sqlx::query_as::<_, ViewRow>(select_view!(
+        "where ($3::uuid is null or j.owner = $3)
+           and ($2::uuid is null
+                or (j.created_at, j.id) < (select created_at, id from jobs where id = $2))
          order by j.created_at desc, j.id desc
          limit $1"
     ))
     .bind(limit)
     .bind(before)
+    .bind(sees.owner_filter())
     .fetch_all(pool)
     .await
     .map(|rows| rows.into_iter().map(JobView::from).collect())
@@ -303,7 +332,7 @@ pub struct ImportJob {
     /// Orders this import's rows after earlier imports' (see [`super::datasets::position`]).
     pub seq: i64,
     pub sealed: bool,
-    pub owner: String,
+    pub owner: Uuid,
     pub upload_id: Uuid,
     pub dataset_id: Uuid,
     pub sheet: Option<String>,
@@ -554,31 +583,42 @@ pub async fn add_failed_chunk(conn: &mut PgConnection, id: Uuid) -> sqlx::Result
     }
 }
 
-/// `waiting`/`running` → `cancelled`, with a batch's live children. Every job cancelled, with
-/// its new version; none when the job had ended.
-pub async fn cancel(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Vec<(Uuid, i64)>> {
+/// `waiting`/`running` → `cancelled`, with a batch's live children, if `acts` covers the job.
+/// Every job cancelled, with its new version; none when the job had ended.
+pub async fn cancel(
+    conn: &mut PgConnection,
+    id: Uuid,
+    acts: Sees,
+) -> sqlx::Result<Vec<(Uuid, i64)>> {
     sqlx::query_as(
         "update jobs set status = 'cancelled', finished_at = now(), version = version + 1
          where status in ('waiting', 'running')
-           and (id = $1 or parent_id = $1 and exists (
-                    select 1 from jobs p where p.id = $1 and p.status in ('waiting', 'running')))
+           and (id = $1 and ($2::uuid is null or owner = $2)
+                or parent_id = $1 and exists (
+                    select 1 from jobs p where p.id = $1 and p.status in ('waiting', 'running')
+                        and ($2::uuid is null or p.owner = $2)))
          returning id, version",
     )
     .bind(id)
+    .bind(acts.owner_filter())
     .fetch_all(conn)
     .await
 }
 
 /// A failed or cancelled job (whose items are still kept) runs again: what it had not done (its
 /// failed and pending chunks, or its plan) gets fresh attempts; the reaper queues them. Rows
-/// already written stay. The new version, `None` when the job was not failed or cancelled.
-pub async fn retry(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+/// already written stay. The new version, `None` when the job was not failed or cancelled, or
+/// `acts` does not cover it.
+pub async fn retry(conn: &mut PgConnection, id: Uuid, acts: Sees) -> sqlx::Result<Option<i64>> {
     // Chunks before the job, the order a committing chunk takes them in: no deadlock.
     sqlx::query(
-        "select 1 from job_chunks where job_id = $1 and state <> 'done' order by chunk_no
+        "select 1 from job_chunks where job_id = $1 and state <> 'done'
+             and exists (select 1 from jobs where id = $1 and ($2::uuid is null or owner = $2))
+         order by chunk_no
          for update",
     )
     .bind(id)
+    .bind(acts.owner_filter())
     .execute(&mut *conn)
     .await?;
     // Back to `waiting`: it starts again only when no earlier job with its serialize key is
@@ -589,10 +629,11 @@ pub async fn retry(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64
              run_after = now(), last_error = null, lease_owner = null, lease_expires_at = null,
              version = version + 1
          where id = $1 and status in ('failed', 'cancelled') and items_pruned_at is null
-           and kind <> 'batch'
+           and kind <> 'batch' and ($2::uuid is null or owner = $2)
          returning version",
     )
     .bind(id)
+    .bind(acts.owner_filter())
     .fetch_optional(&mut *conn)
     .await?;
     if version.is_some() {
@@ -613,7 +654,7 @@ pub async fn retry(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64
 pub struct ExportJob {
     pub status: String,
     pub sealed: bool,
-    pub owner: String,
+    pub owner: Uuid,
     pub dataset_id: Uuid,
     pub dataset: String,
     pub format: String,
@@ -675,17 +716,20 @@ pub async fn complete_export(
     .await
 }
 
-/// The file a completed export produced, with the dataset's name and the format.
+/// The file a completed export that `sees` covers produced, with the dataset's name and the
+/// format.
 pub async fn export_result(
     pool: &PgPool,
     id: Uuid,
+    sees: Sees,
 ) -> sqlx::Result<Option<(Option<Uuid>, String, String)>> {
     sqlx::query_as(
         "select j.result_upload_id, d.name, j.format
          from jobs j join datasets d on d.id = j.dataset_id
-         where j.id = $1 and j.kind = 'export'",
+         where j.id = $1 and j.kind = 'export' and ($2::uuid is null or j.owner = $2)",
     )
     .bind(id)
+    .bind(sees.owner_filter())
     .fetch_optional(pool)
     .await
 }

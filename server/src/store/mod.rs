@@ -12,4 +12,6 @@ pub mod jobs;
 pub mod leases;
 pub mod notify;
 pub mod retention;
+pub mod sessions;
 pub mod uploads;
+pub mod users;

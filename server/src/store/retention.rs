@@ -1,8 +1,10 @@
 //! Retention: what finished jobs leave behind is deleted after a while, so no table grows
 //! without bound. A finished job's items (its chunks, row errors, export parts, and the files
 //! it read or wrote) go after `items_age`; its summary row after `jobs_age`. Uploads no job
-//! uses and finished queue messages go after `items_age` too. Each statement deletes at most
-//! `BATCH` rows, so a large backlog is worked off over several rounds in short transactions.
+//! uses and finished queue messages go after `items_age` too. Sessions go once expired, and
+//! guests once they have no session and own nothing (nobody can ever be them again). Each
+//! statement deletes at most `BATCH` rows, so a large backlog is worked off over several
+//! rounds in short transactions.
 
 use std::time::Duration;
 
@@ -21,6 +23,8 @@ pub struct Pruned {
     pub jobs: u64,
     pub uploads: u64,
     pub messages: u64,
+    pub sessions: u64,
+    pub guests: u64,
 }
 
 impl Pruned {
@@ -105,10 +109,37 @@ pub async fn prune(
     .await?
     .rows_affected();
 
+    let sessions = sqlx::query(
+        "delete from sessions where token_hash in (
+             select token_hash from sessions where expires_at < now() limit $1)",
+    )
+    .bind(BATCH)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+
+    let guests = sqlx::query(
+        "delete from users where id in (
+             select u.id from users u
+             where u.role = 'guest'
+               and not exists (select 1 from sessions s where s.user_id = u.id)
+               and not exists (select 1 from jobs j where j.owner = u.id)
+               and not exists (select 1 from uploads f where f.owner = u.id)
+               and not exists (select 1 from datasets d where d.owner = u.id)
+             limit $1
+             for update skip locked)",
+    )
+    .bind(BATCH)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+
     Ok(Pruned {
         job_items,
         jobs,
         uploads,
         messages,
+        sessions,
+        guests,
     })
 }

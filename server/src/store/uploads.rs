@@ -7,6 +7,8 @@ use sha2::{Digest, Sha256};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::auth::Sees;
+
 /// Bytes per stored part.
 pub const PART_BYTES: usize = 1 << 20;
 
@@ -40,7 +42,7 @@ impl From<std::io::Error> for UploadError {
 /// Stores a file from a stream of byte chunks, all or nothing (one transaction).
 pub async fn save<S, B, E>(
     pool: &PgPool,
-    owner: &str,
+    owner: Uuid,
     filename: &str,
     content_type: Option<&str>,
     max_bytes: usize,
@@ -122,11 +124,16 @@ async fn insert_part(
     Ok(())
 }
 
-pub async fn find(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<Upload>> {
-    sqlx::query_as("select id, filename, size from uploads where id = $1")
-        .bind(id)
-        .fetch_optional(pool)
-        .await
+/// The upload with this id, if `sees` covers it.
+pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<Upload>> {
+    sqlx::query_as(
+        "select id, filename, size from uploads
+         where id = $1 and ($2::uuid is null or owner = $2)",
+    )
+    .bind(id)
+    .bind(sees.owner_filter())
+    .fetch_optional(pool)
+    .await
 }
 
 /// The whole file, part by part, in order: one query per part, so the stream owns what it

@@ -198,13 +198,19 @@ impl TestServer {
         workers: Option<WorkerArgs>,
         max_upload_bytes: usize,
     ) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let base = format!("http://{}", listener.local_addr().unwrap());
         let args = ServeArgs {
             no_workers: workers.is_none(),
             max_upload_bytes,
             worker: workers.unwrap_or_default(),
+            ..ServeArgs::default()
         };
+        Self::start_with_args(db, args).await
+    }
+
+    /// Starts the server with these settings (accounts, limits, workers).
+    pub async fn start_with_args(db: &TestDb, args: ServeArgs) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
         let handle = tokio::spawn(server::serve(
             db.pool.clone(),
@@ -223,6 +229,24 @@ impl TestServer {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// A client with a cookie jar of its own: a visitor until it signs in or makes something.
+    pub fn new_client() -> Client {
+        Client::builder().cookie_store(true).build().unwrap()
+    }
+
+    /// A new client signed in as `email` (made by [`account`]).
+    pub async fn signed_in(&self, email: &str) -> Client {
+        let client = Self::new_client();
+        let response = client
+            .post(self.url("/api/session"))
+            .json(&json!({ "email": email, "password": password_of(email) }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "sign in as {email}");
+        client
     }
 
     /// `POST /api/uploads`; the JSON answer.
@@ -313,9 +337,19 @@ impl TestServer {
         self.events(id, None).await.finished().await
     }
 
+    /// Follows the job's events, as `client`, until it has finished; its last state.
+    pub async fn finished_as(&self, client: &Client, id: Uuid) -> JobView {
+        self.events_as(client, id, None).await.finished().await
+    }
+
     /// Opens the job's event stream.
     pub async fn events(&self, id: Uuid, last_event_id: Option<i64>) -> Events {
-        let mut request = self.client.get(self.url(&format!("/api/jobs/{id}/events")));
+        self.events_as(&self.client, id, last_event_id).await
+    }
+
+    /// Opens the job's event stream as `client`.
+    pub async fn events_as(&self, client: &Client, id: Uuid, last_event_id: Option<i64>) -> Events {
+        let mut request = client.get(self.url(&format!("/api/jobs/{id}/events")));
         if let Some(last) = last_event_id {
             request = request.header("Last-Event-ID", last.to_string());
         }
@@ -465,6 +499,23 @@ impl Drop for WorkerProcess {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The password [`account`] gives `email`.
+pub fn password_of(email: &str) -> String {
+    format!("pw-{email}")
+}
+
+/// Creates an account as `server user add` does; its id. The password is [`password_of`].
+pub async fn account(db: &TestDb, email: &str, role: app::auth::Role) -> Uuid {
+    server::auth::accounts::add_or_reset(&db.pool, email, role, &password_of(email))
+        .await
+        .unwrap();
+    sqlx::query_scalar("select id from users where email = $1")
+        .bind(email)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
 }
 
 /// A CSV with a header and `rows` rows: `id,name,email,amount`.

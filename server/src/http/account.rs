@@ -1,0 +1,185 @@
+//! A person's own account: `/api/session` (who am I, sign in, sign out) and `/api/account`
+//! (sign up, change the password, personal API tokens). Signing in or up starts a new session
+//! (the browser's old one ends); the cookie is written by `identity`.
+
+use axum::{
+    Json,
+    extract::{Path, State, rejection::JsonRejection},
+    http::StatusCode,
+};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{AppState, error::ApiError, identity::Caller};
+use crate::{
+    auth::{Me, accounts, secret},
+    config::AuthMode,
+    store::sessions,
+};
+use app::auth::{NewToken, SessionView, TokenView};
+
+/// The most API tokens one person may hold.
+const MAX_TOKENS: usize = 100;
+
+#[derive(Deserialize)]
+pub struct Credentials {
+    email: String,
+    password: String,
+}
+
+fn view(state: &AppState, me: Option<Me>) -> SessionView {
+    SessionView {
+        me,
+        sign_up: state.auth.sign_up,
+        guests: state.auth.mode == AuthMode::Guest,
+    }
+}
+
+/// `GET /api/session`: who is signed in (if anyone), and whether one may sign up.
+pub async fn session(State(state): State<AppState>, caller: Caller) -> Json<SessionView> {
+    Json(view(&state, caller.me().cloned()))
+}
+
+/// `POST /api/session {"email","password"}`: signs in (`401` when either is wrong).
+pub async fn sign_in(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Result<Json<Credentials>, JsonRejection>,
+) -> Result<Json<SessionView>, ApiError> {
+    let Json(credentials) = body?;
+    let started = accounts::sign_in(
+        &state.pool,
+        &credentials.email,
+        &credentials.password,
+        caller.identity.session.as_deref(),
+        state.auth.session_lifetime(),
+    )
+    .await?;
+    caller.identity.start_session(started.token);
+    Ok(Json(view(&state, Some(started.me))))
+}
+
+/// `DELETE /api/session`: signs out (ends this browser's session).
+pub async fn sign_out(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<StatusCode, ApiError> {
+    if let Some(token) = &caller.identity.session {
+        accounts::sign_out(&state.pool, token).await?;
+        caller.identity.end_session();
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /api/account {"email","password"}`: a new member account, signed in; a guest keeps
+/// what they made. `403` when sign-up is switched off, `409` when the email is taken.
+pub async fn sign_up(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Result<Json<Credentials>, JsonRejection>,
+) -> Result<(StatusCode, Json<SessionView>), ApiError> {
+    if !state.auth.sign_up {
+        return Err(ApiError::Forbidden(
+            "Sign-up is switched off here: ask an admin for an account.".into(),
+        ));
+    }
+    let Json(credentials) = body?;
+    let started = accounts::sign_up(
+        &state.pool,
+        &credentials.email,
+        &credentials.password,
+        caller.me(),
+        caller.identity.session.as_deref(),
+        state.auth.session_lifetime(),
+    )
+    .await?;
+    caller.identity.start_session(started.token);
+    Ok((StatusCode::CREATED, Json(view(&state, Some(started.me)))))
+}
+
+#[derive(Deserialize)]
+pub struct PasswordChange {
+    current: String,
+    new: String,
+}
+
+/// `POST /api/account/password {"current","new"}`: ends every session of the account; the
+/// browser that asked gets a new one.
+pub async fn password(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Result<Json<PasswordChange>, JsonRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Json(change) = body?;
+    let me = caller.signed_in()?;
+    let new_session = (!caller.identity.via_token).then(|| state.auth.session_lifetime());
+    let token =
+        accounts::change_password(&state.pool, me, &change.current, &change.new, new_session)
+            .await?;
+    if let Some(token) = token {
+        caller.identity.start_session(token);
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Serialize)]
+pub struct TokenList {
+    tokens: Vec<TokenView>,
+}
+
+/// `GET /api/account/tokens`: the caller's API tokens (never their secrets).
+pub async fn tokens(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<TokenList>, ApiError> {
+    let me = caller.signed_in()?;
+    Ok(Json(TokenList {
+        tokens: sessions::tokens_of(&state.pool, me.id).await?,
+    }))
+}
+
+#[derive(Deserialize)]
+pub struct TokenRequest {
+    name: String,
+}
+
+/// `POST /api/account/tokens {"name"}` → `201` with the token's secret, shown this once.
+pub async fn new_token(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Result<Json<TokenRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<NewToken>), ApiError> {
+    let Json(request) = body?;
+    let me = caller.signed_in()?;
+    let name = request.name.trim();
+    if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
+        return Err(ApiError::Invalid(
+            "A token's name is 1 to 100 characters.".into(),
+        ));
+    }
+    if sessions::tokens_of(&state.pool, me.id).await?.len() >= MAX_TOKENS {
+        return Err(ApiError::Conflict(format!(
+            "You have {MAX_TOKENS} tokens already: revoke one first."
+        )));
+    }
+    let secret = secret::generate_token();
+    let token = sessions::insert_token(&state.pool, me.id, name, &secret::hash(&secret)).await?;
+    Ok((StatusCode::CREATED, Json(NewToken { token, secret })))
+}
+
+/// `DELETE /api/account/tokens/{id}`: revokes one of the caller's tokens (`404` for anyone
+/// else's).
+pub async fn revoke_token(
+    State(state): State<AppState>,
+    caller: Caller,
+    id: Result<Path<Uuid>, axum::extract::rejection::PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let me = caller.signed_in()?;
+    let no_such = || ApiError::NotFound("You have no token with that id.".into());
+    let Path(id) = id.map_err(|_| no_such())?;
+    if sessions::delete_token(&state.pool, me.id, id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(no_such())
+    }
+}

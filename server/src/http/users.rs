@@ -1,0 +1,64 @@
+//! `/api/users`, for admins: every account and its role.
+
+use axum::{
+    Json,
+    extract::{
+        Path, State,
+        rejection::{JsonRejection, PathRejection},
+    },
+};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{AppState, error::ApiError};
+use crate::{
+    auth::Role,
+    store::users::{self, RoleChange},
+};
+use app::auth::UserView;
+
+#[derive(Serialize)]
+pub struct UserList {
+    users: Vec<UserView>,
+}
+
+/// `GET /api/users`: every account, oldest first.
+pub async fn list(State(state): State<AppState>) -> Result<Json<UserList>, ApiError> {
+    Ok(Json(UserList {
+        users: users::accounts(&state.pool).await?,
+    }))
+}
+
+#[derive(Deserialize)]
+pub struct RoleRequest {
+    role: String,
+}
+
+/// `PATCH /api/users/{id} {"role"}`: `admin`, `viewer` or `member`; `409` if it would leave
+/// no admin. The change holds from the person's next request.
+pub async fn set_role(
+    State(state): State<AppState>,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Result<Json<RoleRequest>, JsonRejection>,
+) -> Result<Json<UserView>, ApiError> {
+    let no_such = || ApiError::NotFound("No account has that id.".into());
+    let Path(id) = id.map_err(|_| no_such())?;
+    let Json(request) = body?;
+    let role = Role::parse(&request.role)
+        .filter(|role| *role != Role::Guest)
+        .ok_or_else(|| ApiError::Invalid("\"role\" is admin, viewer or member.".into()))?;
+    let mut tx = state.pool.begin().await?;
+    match users::set_role(&mut tx, id, role).await? {
+        RoleChange::Changed => tx.commit().await?,
+        RoleChange::NoSuchAccount => return Err(no_such()),
+        RoleChange::LastAdmin => {
+            return Err(ApiError::Conflict(
+                "This is the last admin: make someone else an admin first.".into(),
+            ));
+        }
+    }
+    users::account(&state.pool, id)
+        .await?
+        .map(Json)
+        .ok_or_else(no_such)
+}

@@ -1,0 +1,191 @@
+//! Browser sessions and personal API tokens: both are random secrets the client holds and we
+//! keep only the SHA-256 of (`auth::secret`), each resolving to the person it belongs to.
+
+use std::time::Duration;
+
+use app::auth::{Me, Role, TokenView};
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+/// How long sessions last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetime {
+    /// From sign-in (or a guest's first visit) to its end, however active.
+    pub absolute: Duration,
+    /// Without a request for this long, it ends.
+    pub idle: Duration,
+}
+
+/// A request's last sighting is written at most this often.
+const TOUCH_EVERY_SECS: f64 = 60.0;
+
+/// Starts a session for `user_id` whose token hashes to `token_hash`.
+pub async fn insert(
+    conn: &mut PgConnection,
+    token_hash: &[u8],
+    user_id: Uuid,
+    lifetime: Lifetime,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "insert into sessions (token_hash, user_id, expires_at)
+         values ($1, $2, now() + make_interval(secs => $3))",
+    )
+    .bind(token_hash)
+    .bind(user_id)
+    .bind(lifetime.absolute.as_secs_f64())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct Holder {
+    id: Uuid,
+    email: Option<String>,
+    role: String,
+    stale: bool,
+}
+
+impl Holder {
+    fn me(&self) -> Me {
+        Me {
+            id: self.id,
+            email: self.email.clone(),
+            role: Role::parse(&self.role).unwrap_or(Role::Guest),
+        }
+    }
+}
+
+/// The person whose live session has this token hash; renews its last sighting.
+pub async fn resolve(
+    pool: &PgPool,
+    token_hash: &[u8],
+    lifetime: Lifetime,
+) -> sqlx::Result<Option<Me>> {
+    let holder: Option<Holder> = sqlx::query_as(
+        "select u.id, u.email, u.role, s.last_seen_at < now() - make_interval(secs => $3) as stale
+         from sessions s join users u on u.id = s.user_id
+         where s.token_hash = $1 and s.expires_at > now()
+           and s.last_seen_at > now() - make_interval(secs => $2)",
+    )
+    .bind(token_hash)
+    .bind(lifetime.idle.as_secs_f64())
+    .bind(TOUCH_EVERY_SECS)
+    .fetch_optional(pool)
+    .await?;
+    let Some(holder) = holder else {
+        return Ok(None);
+    };
+    if holder.stale {
+        sqlx::query("update sessions set last_seen_at = now() where token_hash = $1")
+            .bind(token_hash)
+            .execute(pool)
+            .await?;
+    }
+    Ok(Some(holder.me()))
+}
+
+/// Ends one session.
+pub async fn delete(conn: &mut PgConnection, token_hash: &[u8]) -> sqlx::Result<()> {
+    sqlx::query("delete from sessions where token_hash = $1")
+        .bind(token_hash)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Ends every session of a person (their password changed).
+pub async fn delete_all_of(conn: &mut PgConnection, user_id: Uuid) -> sqlx::Result<u64> {
+    Ok(sqlx::query("delete from sessions where user_id = $1")
+        .bind(user_id)
+        .execute(conn)
+        .await?
+        .rows_affected())
+}
+
+/// The person whose API token has this hash; renews its last use.
+pub async fn resolve_token(pool: &PgPool, token_hash: &[u8]) -> sqlx::Result<Option<Me>> {
+    let holder: Option<Holder> = sqlx::query_as(
+        "select u.id, u.email, u.role,
+                coalesce(t.last_used_at < now() - make_interval(secs => $2), true) as stale
+         from api_tokens t join users u on u.id = t.user_id
+         where t.token_hash = $1",
+    )
+    .bind(token_hash)
+    .bind(TOUCH_EVERY_SECS)
+    .fetch_optional(pool)
+    .await?;
+    let Some(holder) = holder else {
+        return Ok(None);
+    };
+    if holder.stale {
+        sqlx::query("update api_tokens set last_used_at = now() where token_hash = $1")
+            .bind(token_hash)
+            .execute(pool)
+            .await?;
+    }
+    Ok(Some(holder.me()))
+}
+
+#[derive(sqlx::FromRow)]
+struct TokenRow {
+    id: Uuid,
+    name: String,
+    created_at: DateTime<Utc>,
+    last_used_at: Option<DateTime<Utc>>,
+}
+
+impl From<TokenRow> for TokenView {
+    fn from(row: TokenRow) -> Self {
+        TokenView {
+            id: row.id,
+            name: row.name,
+            created_at: row.created_at,
+            last_used_at: row.last_used_at,
+        }
+    }
+}
+
+/// Records a new API token of `user_id`.
+pub async fn insert_token(
+    pool: &PgPool,
+    user_id: Uuid,
+    name: &str,
+    token_hash: &[u8],
+) -> sqlx::Result<TokenView> {
+    sqlx::query_as::<_, TokenRow>(
+        "insert into api_tokens (id, user_id, name, token_hash) values ($1, $2, $3, $4)
+         returning id, name, created_at, last_used_at",
+    )
+    .bind(Uuid::now_v7())
+    .bind(user_id)
+    .bind(name)
+    .bind(token_hash)
+    .fetch_one(pool)
+    .await
+    .map(TokenView::from)
+}
+
+/// A person's API tokens, oldest first.
+pub async fn tokens_of(pool: &PgPool, user_id: Uuid) -> sqlx::Result<Vec<TokenView>> {
+    sqlx::query_as::<_, TokenRow>(
+        "select id, name, created_at, last_used_at from api_tokens where user_id = $1
+         order by created_at, id",
+    )
+    .bind(user_id)
+    .fetch_all(pool)
+    .await
+    .map(|rows| rows.into_iter().map(TokenView::from).collect())
+}
+
+/// Revokes one of a person's API tokens; `false` when they have none with that id.
+pub async fn delete_token(pool: &PgPool, user_id: Uuid, id: Uuid) -> sqlx::Result<bool> {
+    let deleted = sqlx::query("delete from api_tokens where id = $1 and user_id = $2")
+        .bind(id)
+        .bind(user_id)
+        .execute(pool)
+        .await?
+        .rows_affected();
+    Ok(deleted == 1)
+}

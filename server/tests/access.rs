@@ -1,0 +1,587 @@
+//! Who sees and changes what. One test walks the router's whole route table (every API
+//! endpoint of `server::http::route_table`, every page, every server function under `/rpc`)
+//! as two members, a viewer, an admin, a guest and a stranger, against things member A owns:
+//! a route added later without a probe here fails it. Someone else's thing must answer exactly
+//! as a missing one does, and what A owns must not appear in anyone else's answers.
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use app::{auth::Role, model::JobView};
+use reqwest::{Client, Response, StatusCode, multipart};
+use serde_json::{Value, json};
+use server::http::{Access, page_paths, route_table, rpc_paths};
+use support::{TestDb, TestServer, account, worker_args};
+use uuid::Uuid;
+
+/// Who asks, in the order of every expectation below.
+const WHO: [&str; 6] = [
+    "member A", "member B", "viewer", "admin", "guest", "stranger",
+];
+const A: usize = 0;
+const STRANGER: usize = 5;
+
+/// Who may see what member A owns.
+const SEES_A: [bool; 6] = [true, false, true, true, false, false];
+
+/// In everything A owns: the file name, a good row and a bad row.
+const MARK: &str = "zzsecretzz";
+
+/// Reads of A's things: A, the viewer and the admin; for anyone else it does not exist.
+const READ: [u16; 6] = [200, 404, 200, 200, 404, 404];
+/// Changes to A's things: A and the admin; the viewer may not; for others it does not exist.
+const CHANGE: [u16; 6] = [200, 404, 403, 200, 404, 404];
+const EVERYONE: [u16; 6] = [200; 6];
+
+/// What member A owns, and everyone's clients.
+struct World {
+    server: TestServer,
+    clients: Vec<Client>,
+    a_id: Uuid,
+    b_id: Uuid,
+    import: JobView,
+    export: JobView,
+    upload_id: String,
+}
+
+/// What a probe expects: the status for each of [`WHO`], and text that only some may find in
+/// a successful answer.
+struct Expect {
+    status: [u16; 6],
+    marker: Option<(String, [bool; 6])>,
+}
+
+fn expect(status: [u16; 6]) -> Expect {
+    Expect {
+        status,
+        marker: None,
+    }
+}
+
+fn expect_seen(status: [u16; 6], marker: &str, seen_by: [bool; 6]) -> Expect {
+    Expect {
+        status,
+        marker: Some((marker.to_owned(), seen_by)),
+    }
+}
+
+fn file_form(name: &str, bytes: &str) -> multipart::Form {
+    multipart::Form::new().part(
+        "file",
+        multipart::Part::bytes(bytes.as_bytes().to_vec()).file_name(name.to_owned()),
+    )
+}
+
+impl World {
+    async fn new(db: &TestDb) -> Self {
+        for (email, role) in [
+            ("a@example.com", Role::Member),
+            ("b@example.com", Role::Member),
+            ("viewer@example.com", Role::Viewer),
+            ("admin@example.com", Role::Admin),
+        ] {
+            account(db, email, role).await;
+        }
+        let a_id = account(db, "a@example.com", Role::Member).await;
+        let b_id = account(db, "b@example.com", Role::Member).await;
+
+        // A's things are made with workers running; the walk runs without, so new jobs wait.
+        let workers = TestServer::start(db, Some(worker_args(100))).await;
+        let a = workers.signed_in("a@example.com").await;
+        let created = a
+            .post(workers.url("/api/datasets"))
+            .json(&json!({ "name": "contacts", "columns": [
+                { "name": "name" }, { "name": "n", "type": "integer" } ] }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), StatusCode::CREATED);
+        let csv = format!("name,n\n{MARK} Ada,1\nBad,{MARK}\n");
+        let upload: Value = a
+            .post(workers.url("/api/uploads"))
+            .multipart(file_form(&format!("{MARK}.csv"), &csv))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let upload_id = upload["id"].as_str().unwrap().to_owned();
+        let job: JobView = a
+            .post(workers.url("/api/jobs"))
+            .json(&json!({ "jobType": "import", "fileGuid": upload_id, "dataset": "contacts" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let import = workers.finished_as(&a, job.id).await;
+        assert_eq!((import.rows_ok, import.rows_failed), (1, 1), "{import:?}");
+        let job: JobView = a
+            .post(workers.url("/api/jobs"))
+            .json(&json!({ "jobType": "export", "dataset": "contacts" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let export = workers.finished_as(&a, job.id).await;
+        assert!(export.result_url.is_some(), "{export:?}");
+        let token = a
+            .post(workers.url("/api/account/tokens"))
+            .json(&json!({ "name": "zz-token-of-a" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(token.status(), StatusCode::CREATED);
+        workers.stop().await;
+
+        let server = TestServer::start(db, None).await;
+        let guest = TestServer::new_client();
+        let made = guest
+            .post(server.url("/api/uploads"))
+            .multipart(file_form("g.csv", "x\n1\n"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            made.status(),
+            StatusCode::CREATED,
+            "a visitor becomes a guest"
+        );
+        let clients = vec![
+            a,
+            server.signed_in("b@example.com").await,
+            server.signed_in("viewer@example.com").await,
+            server.signed_in("admin@example.com").await,
+            guest,
+            // No cookie jar: every request comes from a new visitor.
+            Client::new(),
+        ];
+        Self {
+            server,
+            clients,
+            a_id,
+            b_id,
+            import,
+            export,
+            upload_id,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        self.server.url(path)
+    }
+
+    fn a(&self) -> &Client {
+        &self.clients[A]
+    }
+
+    /// A new job of A's, waiting (no workers run during the walk).
+    async fn waiting_job(&self) -> Uuid {
+        let upload: Value = self
+            .a()
+            .post(self.url("/api/uploads"))
+            .multipart(file_form("later.csv", "x\n1\n"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let job: JobView = self
+            .a()
+            .post(self.url("/api/jobs"))
+            .json(&json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": "later" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        job.id
+    }
+
+    /// A new job of A's, cancelled.
+    async fn cancelled_job(&self) -> Uuid {
+        let id = self.waiting_job().await;
+        let cancelled = self
+            .a()
+            .post(self.url(&format!("/api/jobs/{id}/cancel")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(cancelled.status(), StatusCode::OK);
+        id
+    }
+
+    /// A new open batch of A's.
+    async fn open_batch(&self) -> Uuid {
+        let batch: JobView = self
+            .a()
+            .post(self.url("/api/jobs"))
+            .json(&json!({ "jobType": "batch" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        batch.id
+    }
+
+    /// A new API token of A's; its id.
+    async fn a_token(&self) -> String {
+        let token: Value = self
+            .a()
+            .post(self.url("/api/account/tokens"))
+            .json(&json!({ "name": "to revoke" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        token["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Another session of the same person (or a new visitor), to end without ending theirs.
+    async fn second_session(&self, who: usize) -> Client {
+        match who {
+            0..=3 => {
+                let email = ["a", "b", "viewer", "admin"][who];
+                self.server.signed_in(&format!("{email}@example.com")).await
+            }
+            _ => TestServer::new_client(),
+        }
+    }
+
+    /// Sends the probe of one API route as `who`, and says what it must answer.
+    async fn probe_api(&self, method: &str, path: &str, who: usize) -> (Response, Expect) {
+        let c = &self.clients[who];
+        let import = self.import.id;
+        let response =
+            |request: reqwest::RequestBuilder| async move { request.send().await.unwrap() };
+        match (method, path) {
+            ("POST", "/api/uploads") => (
+                response(
+                    c.post(self.url(path))
+                        .multipart(file_form("u.csv", "x\n1\n")),
+                )
+                .await,
+                expect([201, 201, 403, 201, 201, 201]),
+            ),
+            ("POST", "/api/jobs") => {
+                let body = json!({ "jobType": "import", "fileGuid": self.upload_id,
+                                   "dataset": "contacts" });
+                // An upload is used only by its owner: to anyone else it does not exist.
+                let answer = response(c.post(self.url(path)).json(&body)).await;
+                (answer, expect([202, 422, 403, 422, 422, 422]))
+            }
+            ("GET", "/api/jobs") => (
+                response(c.get(self.url(path))).await,
+                expect_seen(EVERYONE, MARK, SEES_A),
+            ),
+            ("GET", "/api/jobs/events") => {
+                (response(c.get(self.url(path))).await, expect(EVERYONE))
+            }
+            ("GET", "/api/jobs/{id}") => (
+                response(c.get(self.url(&format!("/api/jobs/{import}")))).await,
+                expect_seen(READ, MARK, SEES_A),
+            ),
+            ("GET", "/api/jobs/{id}/events") => (
+                response(c.get(self.url(&format!("/api/jobs/{import}/events")))).await,
+                expect(READ),
+            ),
+            ("POST", "/api/jobs/{id}/cancel") => {
+                let id = self.waiting_job().await;
+                let url = self.url(&format!("/api/jobs/{id}/cancel"));
+                (response(c.post(url)).await, expect(CHANGE))
+            }
+            ("POST", "/api/jobs/{id}/retry") => {
+                let id = self.cancelled_job().await;
+                let url = self.url(&format!("/api/jobs/{id}/retry"));
+                (response(c.post(url)).await, expect(CHANGE))
+            }
+            ("POST", "/api/jobs/{id}/seal") => {
+                let id = self.open_batch().await;
+                let url = self.url(&format!("/api/jobs/{id}/seal"));
+                (response(c.post(url)).await, expect(CHANGE))
+            }
+            ("GET", "/api/jobs/{id}/errors") | ("GET", "/api/jobs/{id}/errors.csv") => {
+                let url = self.url(&path.replace("{id}", &import.to_string()));
+                (response(c.get(url)).await, expect_seen(READ, MARK, SEES_A))
+            }
+            ("GET", "/api/jobs/{id}/errors.xlsx") => {
+                let url = self.url(&format!("/api/jobs/{import}/errors.xlsx"));
+                (response(c.get(url)).await, expect(READ))
+            }
+            ("GET", "/api/jobs/{id}/result") => {
+                let url = self.url(&format!("/api/jobs/{}/result", self.export.id));
+                (response(c.get(url)).await, expect_seen(READ, MARK, SEES_A))
+            }
+            ("POST", "/api/datasets") => {
+                // Names are per owner: A has a `contacts`, everyone else may make theirs.
+                let body = json!({ "name": "contacts", "columns": [{ "name": "x" }] });
+                let answer = response(c.post(self.url(path)).json(&body)).await;
+                (answer, expect([409, 201, 403, 201, 201, 201]))
+            }
+            ("GET", "/api/datasets") => (
+                response(c.get(self.url(path))).await,
+                expect_seen(EVERYONE, &self.a_id.to_string(), SEES_A),
+            ),
+            ("GET", "/api/datasets/{name}") => {
+                let url = self.url(&format!("/api/datasets/contacts?owner={}", self.a_id));
+                let seen = self.a_id.to_string();
+                (response(c.get(url)).await, expect_seen(READ, &seen, SEES_A))
+            }
+            ("GET", "/api/datasets/{name}/rows") => {
+                let url = self.url(&format!("/api/datasets/contacts/rows?owner={}", self.a_id));
+                (response(c.get(url)).await, expect_seen(READ, MARK, SEES_A))
+            }
+            ("GET", "/api/session") => (response(c.get(self.url(path))).await, expect(EVERYONE)),
+            ("POST", "/api/session") => {
+                let body = json!({ "email": "a@example.com", "password": "wrong password" });
+                (
+                    response(c.post(self.url(path)).json(&body)).await,
+                    expect([401; 6]),
+                )
+            }
+            ("DELETE", "/api/session") => {
+                let other = self.second_session(who).await;
+                (
+                    response(other.delete(self.url(path))).await,
+                    expect([204; 6]),
+                )
+            }
+            ("POST", "/api/account") => {
+                // Signing up starts a new session: done by a new visitor each time.
+                let body = json!({ "email": format!("new-{}@example.com", Uuid::new_v4()),
+                                   "password": "a long password" });
+                let answer = response(TestServer::new_client().post(self.url(path)).json(&body));
+                (answer.await, expect([201; 6]))
+            }
+            ("POST", "/api/account/password") => {
+                let body = json!({ "current": "wrong", "new": "another long one" });
+                let answer = response(c.post(self.url(path)).json(&body)).await;
+                (answer, expect([422, 422, 422, 422, 403, 401]))
+            }
+            ("GET", "/api/account/tokens") => (
+                response(c.get(self.url(path))).await,
+                expect_seen(
+                    [200, 200, 200, 200, 403, 401],
+                    "zz-token-of-a",
+                    [true, false, false, false, false, false],
+                ),
+            ),
+            ("POST", "/api/account/tokens") => {
+                let answer = response(c.post(self.url(path)).json(&json!({ "name": "probe" })));
+                (answer.await, expect([201, 201, 201, 201, 403, 401]))
+            }
+            ("DELETE", "/api/account/tokens/{id}") => {
+                let url = self.url(&format!("/api/account/tokens/{}", self.a_token().await));
+                (
+                    response(c.delete(url)).await,
+                    expect([204, 404, 404, 404, 403, 401]),
+                )
+            }
+            ("GET", "/api/users") => (
+                response(c.get(self.url(path))).await,
+                expect_seen(
+                    [403, 403, 403, 200, 403, 401],
+                    "b@example.com",
+                    [false, false, false, true, false, false],
+                ),
+            ),
+            ("PATCH", "/api/users/{id}") => {
+                let url = self.url(&format!("/api/users/{}", self.b_id));
+                let answer = response(c.patch(url).json(&json!({ "role": "member" }))).await;
+                (answer, expect([403, 403, 403, 200, 403, 401]))
+            }
+            _ => panic!("no probe for {method} {path}: add one to tests/access.rs"),
+        }
+    }
+
+    /// Requests one page as `who`, and says what it must answer.
+    async fn probe_page(&self, path: &str, who: usize) -> (Response, Expect) {
+        let c = &self.clients[who];
+        let get = |url: String| async move { c.get(url).send().await.unwrap() };
+        let a_id = self.a_id.to_string();
+        match path {
+            "/" | "/login" | "/signup" | "/account" => {
+                (get(self.url(path)).await, expect(EVERYONE))
+            }
+            "/jobs" => (
+                get(self.url(path)).await,
+                expect_seen(EVERYONE, MARK, SEES_A),
+            ),
+            "/jobs/{id}" | "/jobs/:id" => (
+                get(self.url(&format!("/jobs/{}", self.import.id))).await,
+                expect_seen(READ, MARK, SEES_A),
+            ),
+            "/datasets" => (
+                get(self.url(path)).await,
+                expect_seen(EVERYONE, &a_id, SEES_A),
+            ),
+            "/datasets/{name}" | "/datasets/:name" => (
+                get(self.url(&format!("/datasets/contacts?owner={a_id}"))).await,
+                expect_seen(READ, MARK, SEES_A),
+            ),
+            "/users" => (
+                get(self.url(path)).await,
+                expect_seen(
+                    [403, 403, 403, 200, 403, 403],
+                    "b@example.com",
+                    [false, false, false, true, false, false],
+                ),
+            ),
+            _ => panic!("no probe for the page {path}: add one to tests/access.rs"),
+        }
+    }
+
+    /// Calls one server function as `who` (as the pages do: a form-encoded POST), and says
+    /// what it must answer.
+    async fn probe_rpc(&self, path: &str, who: usize) -> (Response, Expect) {
+        let c = &self.clients[who];
+        let call = |args: String| async move {
+            c.post(self.url(path))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("accept", "application/json")
+                .body(args)
+                .send()
+                .await
+                .unwrap()
+        };
+        let a_id = self.a_id.to_string();
+        match path {
+            "/rpc/job" => (
+                call(format!("id={}", self.import.id)).await,
+                expect_seen(EVERYONE, MARK, SEES_A),
+            ),
+            "/rpc/jobs" => (
+                call(String::new()).await,
+                expect_seen(EVERYONE, MARK, SEES_A),
+            ),
+            "/rpc/datasets" => (
+                call(String::new()).await,
+                expect_seen(EVERYONE, &a_id, SEES_A),
+            ),
+            "/rpc/dataset" => (
+                call(format!("name=contacts&owner={a_id}")).await,
+                expect_seen(EVERYONE, MARK, SEES_A),
+            ),
+            "/rpc/session" => (call(String::new()).await, expect(EVERYONE)),
+            "/rpc/users" => (
+                call(String::new()).await,
+                expect_seen(
+                    [403, 403, 403, 200, 403, 403],
+                    "b@example.com",
+                    [false, false, false, true, false, false],
+                ),
+            ),
+            "/rpc/tokens" => (
+                call(String::new()).await,
+                expect_seen(
+                    [200, 200, 200, 200, 403, 403],
+                    "zz-token-of-a",
+                    [true, false, false, false, false, false],
+                ),
+            ),
+            _ => panic!("no probe for the server function {path}: add one to tests/access.rs"),
+        }
+    }
+}
+
+/// Checks one answer against its expectation; a failure names the route and who asked.
+async fn check(route: &str, who: usize, response: Response, expect: Expect) {
+    let status = response.status().as_u16();
+    let streaming = response
+        .headers()
+        .get("content-type")
+        .is_some_and(|t| t.as_bytes().starts_with(b"text/event-stream"));
+    let body = if streaming {
+        String::new()
+    } else {
+        response.text().await.unwrap()
+    };
+    assert_eq!(
+        status, expect.status[who],
+        "{route} as {}: {body}",
+        WHO[who]
+    );
+    if let Some((marker, seen_by)) = expect.marker
+        && (200..300).contains(&status)
+    {
+        assert_eq!(
+            body.contains(&marker),
+            seen_by[who],
+            "{route} as {}: {marker:?} {} in {body}",
+            WHO[who],
+            if seen_by[who] { "missing" } else { "leaked" }
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_route_answers_each_role_as_it_should() {
+    let db = TestDb::new().await;
+    let world = World::new(&db).await;
+
+    let table = route_table();
+    let listed: BTreeSet<_> = table.iter().map(|(m, p, _)| (m.to_string(), *p)).collect();
+    assert_eq!(listed.len(), table.len(), "each route is listed once");
+    for (method, path, access) in &table {
+        // Only signing in, up and out (and asking who one is) need no session.
+        assert_eq!(
+            *access == Access::Public,
+            *path == "/api/session" || *path == "/api/account",
+            "{method} {path} is {access:?}"
+        );
+        for who in 0..WHO.len() {
+            let (response, expect) = world.probe_api(method.as_str(), path, who).await;
+            check(&format!("{method} {path}"), who, response, expect).await;
+        }
+    }
+
+    let pages = page_paths();
+    assert!(pages.len() >= 9, "{pages:?}");
+    for path in &pages {
+        for who in 0..WHO.len() {
+            let (response, expect) = world.probe_page(path, who).await;
+            check(&format!("page {path}"), who, response, expect).await;
+        }
+    }
+
+    let functions = rpc_paths();
+    assert_eq!(functions.len(), 7, "{functions:?}");
+    for path in &functions {
+        for who in 0..WHO.len() {
+            let (response, expect) = world.probe_rpc(path, who).await;
+            check(&format!("server function {path}"), who, response, expect).await;
+        }
+    }
+
+    // After everything above, A's session still works and the stranger still has none.
+    let me: Value = world.clients[A]
+        .get(world.url("/api/session"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(me["me"]["email"], "a@example.com");
+    let nobody: Value = world.clients[STRANGER]
+        .get(world.url("/api/session"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(nobody["me"], Value::Null);
+    world.server.stop().await;
+}
