@@ -585,3 +585,182 @@ async fn every_route_answers_each_role_as_it_should() {
     assert_eq!(nobody["me"], Value::Null);
     world.server.stop().await;
 }
+
+#[tokio::test]
+async fn the_list_stream_carries_only_the_jobs_its_reader_may_see() {
+    let db = TestDb::new().await;
+    account(&db, "a@example.com", Role::Member).await;
+    account(&db, "b@example.com", Role::Member).await;
+    account(&db, "viewer@example.com", Role::Viewer).await;
+    let server = TestServer::start(&db, None).await;
+    let a = server.signed_in("a@example.com").await;
+    let b = server.signed_in("b@example.com").await;
+    let viewer = server.signed_in("viewer@example.com").await;
+    let make = |client: &Client| {
+        let client = client.clone();
+        let server = &server;
+        async move {
+            let upload: Value = client
+                .post(server.url("/api/uploads"))
+                .multipart(file_form("s.csv", "x\n1\n"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let job: JobView = client
+                .post(server.url("/api/jobs"))
+                .json(&json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": "s" }))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            job.id
+        }
+    };
+    let open = |client: &Client| {
+        let request = client.get(server.url("/api/jobs/events")).send();
+        async move { support::Events::from_response(request.await.unwrap()) }
+    };
+    let a_before = make(&a).await;
+    let (mut a_stream, mut b_stream, mut viewer_stream) =
+        (open(&a).await, open(&b).await, open(&viewer).await);
+    // A's job changes first, then B's: B's stream, in order, must reach B's job having shown
+    // none of A's (its snapshot included).
+    let a_job = make(&a).await;
+    let b_job = make(&b).await;
+    let seen = b_stream.until(|job| job.id == b_job).await;
+    assert!(
+        seen.iter()
+            .all(|event| ![a_before, a_job].contains(&event.job.id)),
+        "{seen:?}"
+    );
+    let seen = a_stream.until(|job| job.id == a_job).await;
+    assert!(seen.iter().all(|event| event.job.id != b_job), "{seen:?}");
+    // The viewer sees both.
+    let seen = viewer_stream.until(|job| job.id == b_job).await;
+    let ids: BTreeSet<Uuid> = seen.iter().map(|event| event.job.id).collect();
+    assert!(ids.contains(&a_job) && ids.contains(&a_before), "{ids:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn names_and_keys_belong_to_their_owner() {
+    use server::store::leases::{self, Item};
+    let db = TestDb::new().await;
+    account(&db, "a@example.com", Role::Member).await;
+    account(&db, "b@example.com", Role::Member).await;
+    let server = TestServer::start(&db, None).await;
+    let a = server.signed_in("a@example.com").await;
+    let b = server.signed_in("b@example.com").await;
+    let create = |client: &Client, body: Value| {
+        let request = client.post(server.url("/api/jobs")).json(&body).send();
+        async move { request.await.unwrap() }
+    };
+    let import = |client: &Client, extra: Value| {
+        let client = client.clone();
+        let server = &server;
+        async move {
+            let upload: Value = client
+                .post(server.url("/api/uploads"))
+                .multipart(file_form("k.csv", "x\n1\n"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let mut body = json!({ "jobType": "import", "fileGuid": upload["id"],
+                                   "dataset": "contacts" });
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            client
+                .post(server.url("/api/jobs"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+
+    // Both may have a `contacts`.
+    for client in [&a, &b] {
+        let made = client
+            .post(server.url("/api/datasets"))
+            .json(&json!({ "name": "contacts", "columns": [{ "name": "x" }] }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(made.status(), StatusCode::CREATED);
+    }
+
+    // The same serialize key: B's job is not behind A's waiting one, A's second one is.
+    let key = json!({ "serializeKey": "shared" });
+    let a_first: JobView = import(&a, key.clone()).await.json().await.unwrap();
+    let b_job: JobView = import(&b, key.clone()).await.json().await.unwrap();
+    let a_second: JobView = import(&a, key).await.json().await.unwrap();
+    let may_start = |id| {
+        leases::acquire(
+            &db.pool,
+            Item::Step(id),
+            "test",
+            std::time::Duration::from_secs(60),
+        )
+    };
+    assert!(
+        may_start(b_job.id).await.unwrap().is_some(),
+        "B is first in B's line"
+    );
+    assert!(
+        may_start(a_second.id).await.unwrap().is_none(),
+        "A's second waits for A's first"
+    );
+    assert!(may_start(a_first.id).await.unwrap().is_some());
+
+    // The same dedupe key: two people, two jobs; the same person, one.
+    let dedupe = json!({ "dedupeKey": "nightly-1" });
+    let a_once = import(&a, dedupe.clone()).await;
+    let b_once = import(&b, dedupe.clone()).await;
+    let a_twice = import(&a, dedupe).await;
+    assert_eq!(
+        (a_once.status(), b_once.status(), a_twice.status()),
+        (StatusCode::ACCEPTED, StatusCode::ACCEPTED, StatusCode::OK)
+    );
+    let (a_once, b_once, a_twice): (JobView, JobView, JobView) = (
+        a_once.json().await.unwrap(),
+        b_once.json().await.unwrap(),
+        a_twice.json().await.unwrap(),
+    );
+    assert_ne!(a_once.id, b_once.id);
+    assert_eq!(a_once.id, a_twice.id);
+
+    // A's batch takes only A's jobs.
+    let batch: JobView = create(&a, json!({ "jobType": "batch" }))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let joined = import(&b, json!({ "parentId": batch.id })).await;
+    assert_eq!(joined.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let own = import(&a, json!({ "parentId": batch.id })).await;
+    assert_eq!(own.status(), StatusCode::ACCEPTED);
+    // An export of B's `contacts` by B reads B's, not A's.
+    let export: JobView = create(&b, json!({ "jobType": "export", "dataset": "contacts" }))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let dataset_of: Uuid = sqlx::query_scalar(
+        "select d.owner from jobs j join datasets d on d.id = j.dataset_id where j.id = $1",
+    )
+    .bind(export.id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(dataset_of, export.owner);
+    server.stop().await;
+}
