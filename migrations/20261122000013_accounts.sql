@@ -19,12 +19,14 @@ create table sessions (
     token_hash bytea primary key,
     user_id uuid not null references users (id) on delete cascade,
     created_at timestamptz not null default now(),
-    -- Renewed at most once a minute by requests; idle past the idle timeout, it ends.
+    -- Renewed at most once a minute by requests, with the idle deadline.
     last_seen_at timestamptz not null default now(),
-    expires_at timestamptz not null
+    -- It ends at the first of these: the absolute lifetime, or the idle timeout.
+    expires_at timestamptz not null,
+    idle_expires_at timestamptz not null
 );
 create index sessions_by_user on sessions (user_id);
-create index sessions_by_expiry on sessions (expires_at);
+create index sessions_by_expiry on sessions (least(expires_at, idle_expires_at));
 
 -- Personal API tokens for scripts (`Authorization: Bearer …`), shown once, stored hashed.
 create table api_tokens (
@@ -50,6 +52,11 @@ $$;
 insert into users (id, role)
 select distinct pg_temp.owner_id(owner), 'guest'
 from (select owner from uploads union select owner from datasets union select owner from jobs) o;
+
+-- The browsers of those owners still hold their old cookie (the owner id itself). The first
+-- request that brings one gets a real session for that guest, once: the row is then deleted.
+create table legacy_owners (id uuid primary key references users (id) on delete cascade);
+insert into legacy_owners select id from users;
 
 alter table uploads alter column owner type uuid using pg_temp.owner_id(owner);
 alter table datasets alter column owner type uuid using pg_temp.owner_id(owner);

@@ -28,6 +28,11 @@ impl Session {
         let _ = self.0.await;
     }
 
+    /// Loads the session again: a visitor's first upload made them a guest.
+    pub fn reload(self) {
+        self.0.refetch();
+    }
+
     /// The session, once loaded (tracked: read it inside a `Suspense`).
     pub fn view(self) -> Option<SessionView> {
         self.0.get().and_then(Result::ok)

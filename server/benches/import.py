@@ -25,6 +25,9 @@ import sys
 import time
 import urllib.parse
 
+# Requests carry the bench account's API token (a script's way in): set by `sign_in`.
+AUTH = {}
+
 COLUMNS = ["id", "name", "email", "amount", "born", "active", "city", "country", "score", "note"]
 
 
@@ -65,7 +68,7 @@ def raw_copy(url, path, rows):
 
 def request(host, port, method, path, body=None, headers=None):
     conn = http.client.HTTPConnection(host, port, timeout=600)
-    conn.request(method, path, body=body, headers=headers or {})
+    conn.request(method, path, body=body, headers={**AUTH, **(headers or {})})
     response = conn.getresponse()
     data = response.read()
     conn.close()
@@ -87,7 +90,7 @@ def wait_ready(host, port, server):
 def follow_until_finished(host, port, job_id):
     """Reads the job's SSE stream until it is finished; returns the last state."""
     conn = http.client.HTTPConnection(host, port, timeout=3600)
-    conn.request("GET", f"/api/jobs/{job_id}/events")
+    conn.request("GET", f"/api/jobs/{job_id}/events", headers=AUTH)
     response = conn.getresponse()
     data = ""
     while True:
@@ -152,7 +155,7 @@ class Server:
 
     def upload(self, path):
         out = subprocess.run(
-            ["curl", "-sS", "--fail-with-body", "-F", f"file=@{path}",
+            ["curl", "-sS", "--fail-with-body", *curl_auth(), "-F", f"file=@{path}",
              f"http://127.0.0.1:{self.port}/api/uploads"],
             check=True, capture_output=True, text=True)
         return json.loads(out.stdout)["id"]
@@ -169,8 +172,36 @@ class Server:
         return job, elapsed
 
     def download(self, job, path):
-        subprocess.run(["curl", "-sS", "--fail-with-body", "-o", path,
+        subprocess.run(["curl", "-sS", "--fail-with-body", *curl_auth(), "-o", path,
                         f"http://127.0.0.1:{self.port}{job['resultUrl']}"], check=True)
+
+
+def curl_auth():
+    return [arg for name, value in AUTH.items() for arg in ("-H", f"{name}: {value}")]
+
+
+def sign_in(args):
+    """Makes the bench account (`server user add`, as an operator would), signs in and creates
+    an API token, which every request then carries."""
+    email, password = "bench@example.com", "bench password"
+    subprocess.run([args.server, "user", "add", "--email", email, "--password-stdin"],
+                   input=password + "\n", text=True, check=True, capture_output=True,
+                   env=dict(os.environ, DATABASE_URL=args.db_url, RUST_LOG="warn"))
+    with Server(args, workers=False):
+        conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=60)
+        conn.request("POST", "/api/session", json.dumps({"email": email, "password": password}),
+                     {"content-type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        cookie = response.getheader("set-cookie", "").split(";")[0]
+        if response.status != 200 or not cookie:
+            sys.exit(f"signing in answered {response.status}")
+        conn.request("POST", "/api/account/tokens", json.dumps({"name": "make bench"}),
+                     {"content-type": "application/json", "cookie": cookie})
+        response = conn.getresponse()
+        token = json.loads(response.read())
+        conn.close()
+    AUTH["authorization"] = f"Bearer {token['secret']}"
 
 
 def imported(args, path, rows, dataset):
@@ -341,6 +372,7 @@ def main():
     args = parser.parse_args()
 
     os.makedirs(args.dir, exist_ok=True)
+    sign_in(args)
     run = int(time.time())
     for name, part in PARTS.items():
         if not args.only or name in args.only:

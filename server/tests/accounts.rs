@@ -316,14 +316,19 @@ async fn an_api_token_runs_upload_create_and_follow_without_a_cookie_until_revok
         .await
         .unwrap();
     assert_eq!(revoked.status(), StatusCode::NO_CONTENT);
-    for token in [bearer.as_str(), "Bearer cvt_made-up", "Basic Ym90OnB3"] {
+    // A revoked or made-up token is refused; another scheme is not ours: a visitor.
+    for (token, status) in [
+        (bearer.as_str(), StatusCode::UNAUTHORIZED),
+        ("Bearer cvt_made-up", StatusCode::UNAUTHORIZED),
+        ("Basic Ym90OnB3", StatusCode::NOT_FOUND),
+    ] {
         let refused = script
             .get(server.url(&format!("/api/jobs/{}", job.id)))
             .header("authorization", token)
             .send()
             .await
             .unwrap();
-        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED, "{token}");
+        assert_eq!(refused.status(), status, "{token}");
     }
     server.stop().await;
 }
@@ -565,5 +570,147 @@ async fn server_user_add_creates_the_first_admin_and_resets_passwords() {
     assert_eq!(again.status(), StatusCode::OK);
     let (ok, _, err) = run(&["--email", "x@example.com", "--role", "guest"], None);
     assert!(!ok && err.contains("admin, viewer, member"), "{err}");
+    let (ok, _, err) = run(&["--email", "root@example.com", "--role", "member"], None);
+    assert!(
+        !ok && err.contains("no admin"),
+        "the last admin stays: {err}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn open_streams_end_with_their_session_and_required_mode_ignores_guests() {
+    let db = TestDb::new().await;
+    account(&db, "ada@example.com", Role::Member).await;
+    let server = TestServer::start(&db, None).await;
+    let ada = server.signed_in("ada@example.com").await;
+    let job = {
+        let form = reqwest::multipart::Form::new().part(
+            "file",
+            reqwest::multipart::Part::bytes(csv(1)).file_name("a.csv"),
+        );
+        let upload: Value = ada
+            .post(server.url("/api/uploads"))
+            .multipart(form)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let job: JobView = ada
+            .post(server.url("/api/jobs"))
+            .json(&json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": "a" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        job.id
+    };
+    let mut list = support::Events::from_response(
+        ada.get(server.url("/api/jobs/events"))
+            .send()
+            .await
+            .unwrap(),
+    );
+    let mut one = server.events_as(&ada, job, None).await;
+    list.until(|view| view.id == job).await;
+    one.next().await;
+    // A new password, set from another browser, ends this browser's session and its streams.
+    let other = server.signed_in("ada@example.com").await;
+    let changed = other
+        .post(server.url("/api/account/password"))
+        .json(&json!({ "current": password_of("ada@example.com"), "new": "a brand new one" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(changed.status(), StatusCode::NO_CONTENT);
+    list.ended().await;
+    one.ended().await;
+
+    // A guest's session from guest mode counts for nothing once accounts are required.
+    let guest = TestServer::new_client();
+    let made = guest
+        .post(server.url("/api/datasets"))
+        .json(&json!({ "name": "g", "columns": [{ "name": "x" }] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), StatusCode::CREATED);
+    let required = AuthArgs {
+        mode: AuthMode::Required,
+        ..AuthArgs::default()
+    };
+    let strict = TestServer::start_with_args(&db, serve_args(required)).await;
+    let refused = guest.get(strict.url("/api/datasets")).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        set_cookie(&refused).as_deref(),
+        Some(""),
+        "the guest cookie is removed"
+    );
+    strict.stop().await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn owners_from_before_accounts_claim_their_things_with_their_old_cookie_once() {
+    use std::borrow::Cow;
+    // A database as it was before accounts: owners were browser-session UUIDs.
+    let admin_url = std::env::var("CONVEYOR_TEST_DATABASE_URL").unwrap();
+    let db = TestDb::new_in_unmigrated(&admin_url).await;
+    let mut before = sqlx::migrate!("../migrations");
+    before.migrations = Cow::Owned(
+        before
+            .migrations
+            .iter()
+            .filter(|m| m.version < 20261122000013)
+            .cloned()
+            .collect(),
+    );
+    before.run(&db.pool).await.unwrap();
+    let old_cookie = uuid::Uuid::new_v4();
+    sqlx::query(
+        "insert into datasets (id, owner, name, columns) values (gen_random_uuid(), $1, 'old',
+             '[{\"name\":\"x\",\"type\":\"text\",\"required\":false}]')",
+    )
+    .bind(old_cookie.to_string())
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    server::db::migrate(&db.pool).await.unwrap();
+
+    let server = TestServer::start(&db, None).await;
+    let browser = TestServer::new_client();
+    let response = browser
+        .get(server.url("/api/datasets/old"))
+        .header("cookie", format!("conveyor_session={old_cookie}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "the old cookie still opens it"
+    );
+    let session = set_cookie(&response).unwrap();
+    assert_eq!(session.len(), 43, "and is swapped for a real session");
+    let with_session = browser
+        .get(server.url("/api/datasets/old"))
+        .header("cookie", format!("conveyor_session={session}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_session.status(), StatusCode::OK);
+    // The old cookie works once: whoever learns it later gets nothing.
+    let again = Client::new()
+        .get(server.url("/api/datasets/old"))
+        .header("cookie", format!("conveyor_session={old_cookie}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_FOUND);
     server.stop().await;
 }

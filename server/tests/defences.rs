@@ -60,6 +60,29 @@ async fn cross_site_writes_are_refused_and_same_site_ones_pass() {
         .await
         .unwrap();
     assert_eq!(read.status(), StatusCode::OK);
+    // Another scheme's credentials (a proxy's Basic authentication) are not ours: ignored, and
+    // no way around the origin check.
+    let basic = server
+        .client
+        .post(&cancel)
+        .header("authorization", "Basic dXNlcjpwdw==")
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(basic.status(), StatusCode::FORBIDDEN);
+    let behind_proxy = server
+        .client
+        .get(server.url(&format!("/api/jobs/{}", job.id)))
+        .header("authorization", "Basic dXNlcjpwdw==")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        behind_proxy.status(),
+        StatusCode::OK,
+        "the cookie still counts"
+    );
     let ours = server
         .client
         .post(&cancel)

@@ -131,7 +131,29 @@ fn PasswordForm() -> impl IntoView {
 #[component]
 fn Tokens() -> impl IntoView {
     let tokens = Resource::new(|| (), |_| list_tokens());
-    let list = RwSignal::new(Vec::<TokenView>::new());
+    view! {
+        <section class="card">
+            <h2>"API tokens"</h2>
+            <p class="muted">
+                "Scripts use the same API as this site with "
+                <code>"Authorization: Bearer <token>"</code>
+                ". A token acts as you until you revoke it."
+            </p>
+            <Suspense fallback=|| view! { <p class="muted">"Loading tokens..."</p> }>
+                {move || Suspend::new(async move {
+                    match tokens.await {
+                        Ok(tokens) => view! { <TokenTable tokens /> }.into_any(),
+                        Err(err) => view! { <p class="error">{err.to_string()}</p> }.into_any(),
+                    }
+                })}
+            </Suspense>
+        </section>
+    }
+}
+
+#[component]
+fn TokenTable(tokens: Vec<TokenView>) -> impl IntoView {
+    let list = RwSignal::new(tokens);
     let name = RwSignal::new(String::new());
     let created = RwSignal::new(None::<NewToken>);
     let error = RwSignal::new(None::<String>);
@@ -161,62 +183,44 @@ fn Tokens() -> impl IntoView {
             }
         });
     };
+    let when = |at: chrono::DateTime<chrono::Utc>| at.format("%Y-%m-%d %H:%M").to_string();
     view! {
-        <section class="card">
-            <h2>"API tokens"</h2>
-            <p class="muted">
-                "Scripts use the same API as this site with "
-                <code>"Authorization: Bearer <token>"</code>
-                ". A token acts as you until you revoke it."
+        {move || created.get().map(|token| view! {
+            <p class="notice">
+                "Your new token (copy it now, it is not shown again): "
+                <code data-testid="new-token">{token.secret}</code>
             </p>
-            <Suspense>
-                {move || Suspend::new(async move {
-                    match tokens.await {
-                        Ok(loaded) => {
-                            list.set(loaded);
-                            ().into_any()
-                        }
-                        Err(err) => view! { <p class="error">{err.to_string()}</p> }.into_any(),
-                    }
-                })}
-            </Suspense>
-            {move || created.get().map(|token| view! {
-                <p class="notice">
-                    "Your new token (copy it now, it is not shown again): "
-                    <code data-testid="new-token">{token.secret}</code>
-                </p>
-            })}
-            <table class="jobs" data-testid="tokens">
-                <thead>
-                    <tr><th>"Name"</th><th>"Created"</th><th>"Last used"</th><th></th></tr>
-                </thead>
-                <tbody>
-                    <For each=move || list.get() key=|token| token.id let:token>
-                        <tr data-testid="token-row">
-                            <td>{token.name.clone()}</td>
-                            <td class="nowrap">{token.created_at.format("%Y-%m-%d %H:%M").to_string()}</td>
-                            <td class="nowrap">
-                                {token.last_used_at.map_or_else(|| "never".to_owned(), |t| t.format("%Y-%m-%d %H:%M").to_string())}
-                            </td>
-                            <td>
-                                <button class="secondary" data-testid="revoke-token"
-                                    on:click=move |_| revoke(token.id)>"Revoke"</button>
-                            </td>
-                        </tr>
-                    </For>
-                </tbody>
-            </table>
-            <form class="inline" on:submit=create>
-                <label class="field">
-                    "New token's name"
-                    <input type="text" required maxlength="100" placeholder="e.g. nightly import"
-                        data-testid="token-name"
-                        prop:value=move || name.get()
-                        on:input=move |ev| name.set(event_target_value(&ev)) />
-                </label>
-                <button type="submit" data-testid="create-token">"Create token"</button>
-            </form>
-            {move || error.get().map(|message| view! { <p class="error" role="alert">{message}</p> })}
-        </section>
+        })}
+        <table class="jobs" data-testid="tokens">
+            <thead>
+                <tr><th>"Name"</th><th>"Created"</th><th>"Last used"</th><th></th></tr>
+            </thead>
+            <tbody>
+                <For each=move || list.get() key=|token| token.id let:token>
+                    <tr data-testid="token-row">
+                        <td>{token.name.clone()}</td>
+                        <td class="nowrap">{when(token.created_at)}</td>
+                        <td class="nowrap">
+                            {token.last_used_at.map_or_else(|| "never".to_owned(), when)}
+                        </td>
+                        <td>
+                            <button class="secondary" data-testid="revoke-token"
+                                on:click=move |_| revoke(token.id)>"Revoke"</button>
+                        </td>
+                    </tr>
+                </For>
+            </tbody>
+        </table>
+        <form class="inline" on:submit=create>
+            <label class="field">
+                "New token's name"
+                <input type="text" required maxlength="100" placeholder="e.g. nightly import"
+                    data-testid="token-name"
+                    prop:value=move || name.get()
+                    on:input=move |ev| name.set(event_target_value(&ev)) />
+            </label>
+            <button type="submit" data-testid="create-token">"Create token"</button>
+        </form>
+        {move || error.get().map(|message| view! { <p class="error" role="alert">{message}</p> })}
     }
 }

@@ -41,7 +41,12 @@ pub fn JobControls(
     let session = use_session();
     let refused = move || !session.may_change(owner);
     let disabled = move || busy.get() || refused();
-    let why = move || refused().then_some("Viewers can see jobs but not change them");
+    let why = move || {
+        refused().then_some(match session.me() {
+            Some(me) if !me.role.may_change() => "Viewers can see jobs but not change them",
+            _ => "Only the job's owner (or an admin) can change it",
+        })
+    };
     let live = move || matches!(status.get(), JobStatus::Waiting | JobStatus::Running);
     let retryable =
         move || !batch && matches!(status.get(), JobStatus::Failed | JobStatus::Cancelled);

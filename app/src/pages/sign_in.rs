@@ -17,10 +17,17 @@ pub fn SignUpPage() -> impl IntoView {
     view! { <CredentialsForm sign_up=true /> }
 }
 
-/// Where to go after signing in: a path on this site (never another site's URL).
+/// Where to go after signing in: a path on this site, never another site's URL (a browser
+/// drops tabs and newlines and reads a backslash as `/`, so `/<tab>/evil.example` would leave).
 fn safe_next(next: Option<String>) -> String {
-    next.filter(|path| path.starts_with('/') && !path.starts_with("//") && !path.starts_with("/\\"))
-        .unwrap_or_else(|| "/".to_owned())
+    next.filter(|path| {
+        path.starts_with('/')
+            && !path.starts_with("//")
+            && !path
+                .chars()
+                .any(|c| c == '\\' || c.is_whitespace() || c.is_control())
+    })
+    .unwrap_or_else(|| "/".to_owned())
 }
 
 #[component]
@@ -121,7 +128,14 @@ mod tests {
     #[test]
     fn only_paths_on_this_site_are_followed() {
         assert_eq!(safe_next(Some("/jobs/1".into())), "/jobs/1");
-        for bad in ["https://evil.com", "//evil.com", "/\\evil.com", "jobs"] {
+        for bad in [
+            "https://evil.com",
+            "//evil.com",
+            "/\\evil.com",
+            "/\t/evil.com",
+            "/\n/evil.com",
+            "jobs",
+        ] {
             assert_eq!(safe_next(Some(bad.into())), "/", "{bad}");
         }
         assert_eq!(safe_next(None), "/");

@@ -42,7 +42,12 @@ pub fn UploadPage() -> impl IntoView {
         error.set(None);
         leptos::task::spawn_local(async move {
             match client::start_import(chosen.take(), name, sheet).await {
-                Ok(job_id) => navigate(&format!("/jobs/{job_id}"), Default::default()),
+                Ok(job_id) => {
+                    if untrack(|| session.me().is_none()) {
+                        session.reload();
+                    }
+                    navigate(&format!("/jobs/{job_id}"), Default::default())
+                }
                 Err(message) => {
                     error.set(Some(message));
                     busy.set(false);

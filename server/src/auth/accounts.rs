@@ -5,10 +5,17 @@
 
 use sqlx::PgPool;
 
-use super::{Me, Role, password, secret};
+use uuid::Uuid;
+
+use super::{
+    Me, Role,
+    password::{self, PasswordError},
+    secret,
+};
 use crate::store::{
+    notify,
     sessions::{self, Lifetime},
-    users,
+    users::{self, RoleChange},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -20,10 +27,35 @@ pub enum AccountError {
     EmailTaken,
     #[error("The email or password is wrong.")]
     WrongCredentials,
+    #[error("Too many sign-ins at once: try again in a moment.")]
+    Busy,
+    #[error("That would leave no admin: make someone else an admin first.")]
+    LastAdmin,
     #[error(transparent)]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
+}
+
+impl From<PasswordError> for AccountError {
+    fn from(err: PasswordError) -> Self {
+        match err {
+            PasswordError::Busy => Self::Busy,
+            PasswordError::Internal(err) => Self::Internal(err),
+        }
+    }
+}
+
+/// A second sign-up with the same email that raced the first one's check is still "taken".
+impl From<sqlx::Error> for AccountError {
+    fn from(err: sqlx::Error) -> Self {
+        match &err {
+            sqlx::Error::Database(db) if db.constraint() == Some("users_email_key") => {
+                Self::EmailTaken
+            }
+            _ => Self::Database(err),
+        }
+    }
 }
 
 /// A session just started: who, and the token for their cookie.
@@ -50,6 +82,28 @@ pub fn normalize_email(raw: &str) -> Result<String, AccountError> {
     }
 }
 
+/// A session for a guest from before accounts, whose browser still holds its old cookie (the
+/// owner's id): once only. `None` when `owner` is no such guest, or was claimed already.
+pub async fn claim_legacy(
+    pool: &PgPool,
+    owner: Uuid,
+    lifetime: Lifetime,
+) -> sqlx::Result<Option<Started>> {
+    let mut tx = pool.begin().await?;
+    if !sessions::claim_legacy(&mut tx, owner).await? {
+        return Ok(None);
+    }
+    let token = secret::generate();
+    sessions::insert(&mut tx, &secret::hash(&token), owner, lifetime).await?;
+    tx.commit().await?;
+    let me = Me {
+        id: owner,
+        email: None,
+        role: Role::Guest,
+    };
+    Ok(Some(Started { me, token }))
+}
+
 /// A new guest with a session: a visitor who is making their first thing.
 pub async fn start_guest(pool: &PgPool, lifetime: Lifetime) -> sqlx::Result<Started> {
     let mut tx = pool.begin().await?;
@@ -72,6 +126,10 @@ pub async fn sign_up(
 ) -> Result<Started, AccountError> {
     let email = normalize_email(email)?;
     password::check_new(password).map_err(AccountError::Invalid)?;
+    // Answered before the (deliberately slow) hash; the insert below still decides races.
+    if users::credentials(pool, &email).await?.is_some() {
+        return Err(AccountError::EmailTaken);
+    }
     let phc = password::hash(password).await?;
     let mut tx = pool.begin().await?;
     let me = match current {
@@ -107,10 +165,12 @@ pub async fn sign_in(
     Ok(Started { me, token })
 }
 
-/// Ends the session with this token.
-pub async fn sign_out(pool: &PgPool, token: &str) -> sqlx::Result<()> {
-    let mut conn = pool.acquire().await?;
-    sessions::delete(&mut conn, &secret::hash(token)).await
+/// Ends the session with this token, of `me`.
+pub async fn sign_out(pool: &PgPool, me: &Me, token: &str) -> sqlx::Result<()> {
+    let mut tx = pool.begin().await?;
+    sessions::delete(&mut tx, &secret::hash(token)).await?;
+    notify::account_changed(&mut tx, me.id).await?;
+    tx.commit().await
 }
 
 /// Sets a new password once the current one is given and ends every session of the account;
@@ -138,6 +198,7 @@ pub async fn change_password(
     let mut tx = pool.begin().await?;
     users::set_password(&mut tx, me.id, &phc, None).await?;
     sessions::delete_all_of(&mut tx, me.id).await?;
+    notify::account_changed(&mut tx, me.id).await?;
     let token = match new_session {
         Some(lifetime) => Some(rotate(&mut tx, me, None, lifetime).await?),
         None => None,
@@ -150,11 +211,13 @@ pub async fn change_password(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Added {
     Created,
-    /// The account existed: its password (and role) were set and its sessions ended.
+    /// The account existed: its password and role were set, its sessions ended and its API
+    /// tokens revoked (an operator's reset is how an account is recovered).
     Reset,
 }
 
-/// Creates the account, or resets an existing one's password and role.
+/// Creates the account, or resets an existing one's password and role (never leaving no
+/// admin).
 pub async fn add_or_reset(
     pool: &PgPool,
     email: &str,
@@ -172,8 +235,13 @@ pub async fn add_or_reset(
     let mut tx = pool.begin().await?;
     let added = match users::id_by_email(&mut tx, &email).await? {
         Some(id) => {
-            users::set_password(&mut tx, id, &phc, Some(role)).await?;
+            if users::set_role(&mut tx, id, role).await? == RoleChange::LastAdmin {
+                return Err(AccountError::LastAdmin);
+            }
+            users::set_password(&mut tx, id, &phc, None).await?;
             sessions::delete_all_of(&mut tx, id).await?;
+            sessions::delete_tokens_of(&mut tx, id).await?;
+            notify::account_changed(&mut tx, id).await?;
             Added::Reset
         }
         None => {

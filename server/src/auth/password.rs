@@ -1,7 +1,8 @@
 //! Passwords: Argon2id (the `argon2` crate, OWASP's recommended parameters: 19 MiB, 2 passes),
 //! hashed and checked on blocking threads, at most [`AT_ONCE`] at a time so a flood of sign-in
-//! attempts costs bounded memory and leaves the runtime free. A password is never stored or
-//! logged; only its PHC string is kept.
+//! attempts costs bounded memory and leaves the runtime free; past [`WAITING`] requests waiting
+//! their turn, more are turned away ([`PasswordError::Busy`], a `429`) rather than queued. A
+//! password is never stored or logged; only its PHC string is kept.
 
 use std::sync::LazyLock;
 
@@ -14,11 +15,23 @@ use tokio::sync::Semaphore;
 /// Hashes computed at once, process-wide (each holds 19 MiB while it runs).
 const AT_ONCE: usize = 2;
 
+/// Hashes waiting for a turn at most; more are refused.
+const WAITING: usize = 64;
+
 /// The shortest and longest passwords accepted.
 pub const MIN_CHARS: usize = 8;
 pub const MAX_CHARS: usize = 256;
 
 static SLOTS: Semaphore = Semaphore::const_new(AT_ONCE);
+static QUEUE: Semaphore = Semaphore::const_new(WAITING);
+
+#[derive(Debug, thiserror::Error)]
+pub enum PasswordError {
+    #[error("too many passwords are being checked at once")]
+    Busy,
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
 
 /// Checked against when no account has the email, so a wrong email takes as long as a wrong
 /// password and sign-in does not tell which emails have accounts.
@@ -38,14 +51,14 @@ pub fn check_new(password: &str) -> Result<(), String> {
 }
 
 /// The PHC string of `password` (Argon2id, a random salt).
-pub async fn hash(password: &str) -> anyhow::Result<String> {
+pub async fn hash(password: &str) -> Result<String, PasswordError> {
     let password = password.to_owned();
     blocking(move || hash_now(&password)).await
 }
 
 /// Whether `password` matches `phc`; with `None` (no such account) it checks a decoy and
 /// answers `false`, taking as long.
-pub async fn verify(password: &str, phc: Option<&str>) -> anyhow::Result<bool> {
+pub async fn verify(password: &str, phc: Option<&str>) -> Result<bool, PasswordError> {
     let (password, phc) = (password.to_owned(), phc.map(str::to_owned));
     blocking(move || {
         let known = phc.is_some();
@@ -71,9 +84,12 @@ fn hash_now(password: &str) -> anyhow::Result<String> {
 
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
-) -> anyhow::Result<T> {
-    let _slot = SLOTS.acquire().await?;
-    tokio::task::spawn_blocking(work).await?
+) -> Result<T, PasswordError> {
+    let _waiting = QUEUE.try_acquire().map_err(|_| PasswordError::Busy)?;
+    let _slot = SLOTS.acquire().await.map_err(anyhow::Error::from)?;
+    Ok(tokio::task::spawn_blocking(work)
+        .await
+        .map_err(anyhow::Error::from)??)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use super::{AppState, error::ApiError, identity::Caller};
 use crate::{
     auth::{Me, accounts, secret},
     config::AuthMode,
-    store::sessions,
+    store::{notify, sessions},
 };
 use app::auth::{NewToken, SessionView, TokenView};
 
@@ -51,7 +51,7 @@ pub async fn sign_in(
         &state.pool,
         &credentials.email,
         &credentials.password,
-        caller.identity.session.as_deref(),
+        caller.identity.session(),
         state.auth.session_lifetime(),
     )
     .await?;
@@ -64,8 +64,8 @@ pub async fn sign_out(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<StatusCode, ApiError> {
-    if let Some(token) = &caller.identity.session {
-        accounts::sign_out(&state.pool, token).await?;
+    if let (Some(me), Some(token)) = (caller.me(), caller.identity.session()) {
+        accounts::sign_out(&state.pool, me, token).await?;
         caller.identity.end_session();
     }
     Ok(StatusCode::NO_CONTENT)
@@ -89,7 +89,7 @@ pub async fn sign_up(
         &credentials.email,
         &credentials.password,
         caller.me(),
-        caller.identity.session.as_deref(),
+        caller.identity.session(),
         state.auth.session_lifetime(),
     )
     .await?;
@@ -112,7 +112,7 @@ pub async fn password(
 ) -> Result<StatusCode, ApiError> {
     let Json(change) = body?;
     let me = caller.signed_in()?;
-    let new_session = (!caller.identity.via_token).then(|| state.auth.session_lifetime());
+    let new_session = (!caller.identity.via_token()).then(|| state.auth.session_lifetime());
     let token =
         accounts::change_password(&state.pool, me, &change.current, &change.new, new_session)
             .await?;
@@ -177,9 +177,11 @@ pub async fn revoke_token(
     let me = caller.signed_in()?;
     let no_such = || ApiError::NotFound("You have no token with that id.".into());
     let Path(id) = id.map_err(|_| no_such())?;
-    if sessions::delete_token(&state.pool, me.id, id).await? {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(no_such())
+    let mut tx = state.pool.begin().await?;
+    if !sessions::delete_token(&mut tx, me.id, id).await? {
+        return Err(no_such());
     }
+    notify::account_changed(&mut tx, me.id).await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -11,11 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{
-    AppState,
-    error::ApiError,
-    identity::{Caller, Owner},
-};
+use super::{AppState, error::ApiError, identity::Caller};
 use crate::{
     spreadsheet::schema::{self, Column},
     store::datasets,
@@ -32,7 +28,7 @@ pub struct CreateDataset {
 /// `POST /api/datasets` → 201 with the dataset; 409 when the caller has one with that name.
 pub async fn create(
     State(state): State<AppState>,
-    Owner(owner): Owner,
+    caller: Caller,
     body: Result<Json<CreateDataset>, JsonRejection>,
 ) -> Result<(StatusCode, Json<DatasetView>), ApiError> {
     let Json(request) = body?;
@@ -40,6 +36,7 @@ pub async fn create(
     schema::check_dataset_name(name).map_err(ApiError::Invalid)?;
     let key = request.key.as_deref().map(str::trim);
     let columns = schema::check_schema(request.columns, key).map_err(ApiError::Invalid)?;
+    let owner = caller.owner(&state).await?;
     let dataset = datasets::create(&state.pool, owner.id, name, &columns, key)
         .await?
         .ok_or_else(|| ApiError::Conflict(format!("A dataset named \"{name}\" already exists.")))?;

@@ -6,8 +6,8 @@
 //! - [`same_origin_writes`]: a state-changing request from a browser must come from our own
 //!   origin (`403` otherwise), judged by `Sec-Fetch-Site`, or `Origin` where a browser sends no
 //!   fetch metadata, the algorithm of Go's `http.CrossOriginProtection`. Requests carrying an
-//!   `Authorization` header are exempt: a browser never adds one across sites, and a bad one
-//!   is refused by `identity`. Clients that send neither header are not browsers.
+//!   API token (`Authorization: Bearer`) are exempt: a browser never adds one across sites,
+//!   and a bad one is refused by `identity`. Clients that send neither header are not browsers.
 //! - [`security_headers`]: `nosniff`, no framing, a referrer policy, HSTS over HTTPS, and a
 //!   Content-Security-Policy: pages get [`page_policy`] with the nonce Leptos puts on its
 //!   hydration scripts; everything else the strictest one.
@@ -17,15 +17,15 @@ use axum::{
     http::{
         HeaderMap, HeaderName, HeaderValue, Method,
         header::{
-            AUTHORIZATION, CONTENT_SECURITY_POLICY, HOST, ORIGIN, REFERRER_POLICY,
-            STRICT_TRANSPORT_SECURITY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+            CONTENT_SECURITY_POLICY, HOST, ORIGIN, REFERRER_POLICY, STRICT_TRANSPORT_SECURITY,
+            X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
         },
     },
     middleware::Next,
     response::{IntoResponse, Response},
 };
 
-use super::{AppState, error::ApiError};
+use super::{AppState, error::ApiError, identity::bearer};
 
 /// Middleware: refuses a `Host` outside the configured names.
 pub async fn check_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
@@ -72,8 +72,7 @@ pub async fn same_origin_writes(request: Request, next: Next) -> Response {
 }
 
 fn cross_site_write(method: &Method, headers: &HeaderMap) -> bool {
-    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
-        || headers.contains_key(AUTHORIZATION)
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) || bearer(headers).is_some()
     {
         return false;
     }
@@ -210,6 +209,11 @@ mod tests {
         assert!(!cross_site_write(
             &post,
             &headers(&[host, token, ("origin", "http://evil.com")])
+        ));
+        let basic = ("authorization", "Basic eDp5");
+        assert!(cross_site_write(
+            &post,
+            &headers(&[host, basic, ("origin", "http://evil.com")])
         ));
     }
 }

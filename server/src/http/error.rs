@@ -32,6 +32,9 @@ pub enum ApiError {
     /// Addressed to a host name we do not serve.
     #[error("{0}")]
     WrongHost(String),
+    /// Too much at once: try again shortly.
+    #[error("{0}")]
+    Busy(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -47,6 +50,7 @@ impl ApiError {
             Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::WrongHost(_) => (StatusCode::MISDIRECTED_REQUEST, "wrong_host"),
+            Self::Busy(_) => (StatusCode::TOO_MANY_REQUESTS, "busy"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -115,6 +119,8 @@ impl From<AccountError> for ApiError {
             AccountError::Invalid(message) => Self::Invalid(message),
             AccountError::EmailTaken => Self::Conflict(err.to_string()),
             AccountError::WrongCredentials => Self::Unauthorized(err.to_string()),
+            AccountError::Busy => Self::Busy(err.to_string()),
+            AccountError::LastAdmin => Self::Conflict(err.to_string()),
             AccountError::Database(err) => err.into(),
             AccountError::Internal(err) => Self::Internal(err),
         }

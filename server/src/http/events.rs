@@ -20,11 +20,10 @@ use uuid::Uuid;
 use super::{
     AppState,
     error::ApiError,
-    identity::Caller,
+    identity::{self, Caller},
     jobs::{job_id, no_such_job},
 };
 use crate::{
-    auth::Sees,
     progress::feed::{self, Scope},
     store::jobs,
 };
@@ -38,26 +37,33 @@ pub async fn one_job(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = job_id(id)?;
-    let sees = caller.sees();
-    if jobs::find(&state.pool, id, sees).await?.is_none() {
+    if jobs::find(&state.pool, id, caller.sees()).await?.is_none() {
         return Err(no_such_job(id));
     }
     let last_version = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.trim().parse().ok());
-    Ok(stream(&state, Scope::One(id), sees, last_version))
+    Ok(stream(&state, &caller, Scope::One(id), last_version))
 }
 
 /// Every change of the jobs the caller may see.
 pub async fn all_jobs(State(state): State<AppState>, caller: Caller) -> Response {
-    stream(&state, Scope::All, caller.sees(), None)
+    stream(&state, &caller, Scope::All, None)
 }
 
-fn stream(state: &AppState, scope: Scope, sees: Sees, last_version: Option<i64>) -> Response {
+/// The stream of `scope` as the caller sees it, until shutdown, or until the session or token
+/// it was opened with ends (or the caller's role changes: they reconnect and are checked
+/// again).
+fn stream(state: &AppState, caller: &Caller, scope: Scope, last_version: Option<i64>) -> Response {
+    let sees = caller.sees();
     let events = feed::follow(state.pool.clone(), &state.hub, scope, sees, last_version)
         .map(to_event)
-        .take_until(state.shutdown.clone().cancelled_owned());
+        .take_until(state.shutdown.clone().cancelled_owned())
+        .take_until(Box::pin(identity::revoked(
+            state.clone(),
+            caller.identity.clone(),
+        )));
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()

@@ -1,10 +1,11 @@
 //! Who is asking, resolved once per request: an `Authorization: Bearer` API token, or else
 //! the session cookie. The result, an [`Identity`] (and the [`Me`] it holds, which server
-//! functions read), rides in the request's extensions; handlers take it as a [`Caller`], or as
-//! an [`Owner`] when they create something. A cookie the server never issued (or whose session
-//! ended) is treated as no cookie and removed. A visitor without a session gets a guest session
-//! only when they first make something (so crawlers and health checks write nothing); in
-//! `required` mode they are refused instead.
+//! functions read), rides in the request's extensions; handlers take it as a [`Caller`]. A
+//! cookie the server never issued (or whose session ended) is treated as no cookie and
+//! removed. A visitor without a session gets a guest session only when a handler is about to
+//! make something for them ([`Caller::owner`]), so crawlers, health checks and refused
+//! requests write nothing; in `required` mode they are refused instead, and guest sessions
+//! issued before count for nothing.
 
 use std::sync::{Arc, Mutex};
 
@@ -18,11 +19,13 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Redirect, Response},
 };
+use uuid::Uuid;
 
 use super::{AppState, error::ApiError};
 use crate::{
-    auth::{Me, Sees, accounts, secret},
+    auth::{Me, Role, Sees, accounts, secret},
     config::AuthMode,
+    progress::Change,
     store::sessions,
 };
 
@@ -35,14 +38,20 @@ fn cookie_name(https: bool) -> &'static str {
     }
 }
 
+/// What a request proved who it is with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// The session cookie's token.
+    Session(String),
+    /// An API token (`Authorization: Bearer`): not a browser, so exempt from cross-site checks.
+    Token(String),
+}
+
 /// A request's identity, in its extensions.
 #[derive(Debug, Clone)]
 pub struct Identity {
     pub me: Option<Me>,
-    /// The live session token the request carried (none for API token requests).
-    pub session: Option<String>,
-    /// Authenticated by an API token: not a browser, so exempt from the cross-site checks.
-    pub via_token: bool,
+    pub credential: Option<Credential>,
     cookie: Arc<Mutex<CookieChange>>,
 }
 
@@ -56,6 +65,19 @@ enum CookieChange {
 }
 
 impl Identity {
+    /// The live session token the request carried (none for API token requests).
+    pub fn session(&self) -> Option<&str> {
+        match &self.credential {
+            Some(Credential::Session(token)) => Some(token),
+            _ => None,
+        }
+    }
+
+    /// Whether an API token authenticated the request.
+    pub fn via_token(&self) -> bool {
+        matches!(self.credential, Some(Credential::Token(_)))
+    }
+
     /// The response sets the cookie to this new session's token.
     pub fn start_session(&self, token: String) {
         *self.cookie.lock().unwrap_or_else(|e| e.into_inner()) = CookieChange::Set(token);
@@ -113,44 +135,99 @@ fn removal(https: bool) -> String {
     )
 }
 
+/// The API token of an `Authorization: Bearer` header. Other schemes (a proxy's Basic
+/// authentication) are not ours and are ignored.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
 /// The identity, and whether the request carried a session cookie the server does not know.
 async fn identify(state: &AppState, headers: &HeaderMap) -> Result<(Identity, bool), ApiError> {
     let mut identity = Identity {
         me: None,
-        session: None,
-        via_token: false,
+        credential: None,
         cookie: Arc::default(),
     };
-    if let Some(value) = headers.get(AUTHORIZATION) {
-        let token = value
-            .to_str()
-            .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|t| t.starts_with(secret::TOKEN_PREFIX) && secret::well_formed(t));
-        let me = match token {
-            Some(token) => sessions::resolve_token(&state.pool, &secret::hash(token)).await?,
-            None => None,
-        };
-        identity.me = Some(me.ok_or_else(|| {
+    if let Some(token) = bearer(headers) {
+        let credential = Credential::Token(token.to_owned());
+        identity.me = Some(who(state, &credential).await?.ok_or_else(|| {
             ApiError::Unauthorized("The API token is not valid (it may have been revoked).".into())
         })?);
-        identity.via_token = true;
+        identity.credential = Some(credential);
         return Ok((identity, false));
     }
     let Some(token) = session_cookie(headers, state.auth.https) else {
         return Ok((identity, false));
     };
-    let lifetime = state.auth.session_lifetime();
-    let me = if secret::well_formed(&token) && !token.starts_with(secret::TOKEN_PREFIX) {
-        sessions::resolve(&state.pool, &secret::hash(&token), lifetime).await?
-    } else {
-        None
+    let credential = Credential::Session(token);
+    identity.me = who(state, &credential).await?;
+    if identity.me.is_some() {
+        identity.credential = Some(credential);
+        return Ok((identity, false));
+    }
+    // A cookie from before accounts holds its owner's id: it claims that guest, once.
+    if let Credential::Session(old) = &credential
+        && let Ok(owner) = Uuid::parse_str(old)
+        && state.auth.mode == AuthMode::Guest
+        && let Some(started) =
+            accounts::claim_legacy(&state.pool, owner, state.auth.session_lifetime()).await?
+    {
+        identity.me = Some(started.me);
+        identity.start_session(started.token.clone());
+        identity.credential = Some(Credential::Session(started.token));
+        return Ok((identity, false));
+    }
+    Ok((identity, true))
+}
+
+/// The person a credential belongs to now: `None` once it was revoked or ended (or, in
+/// `required` mode, for a guest's session).
+async fn who(state: &AppState, credential: &Credential) -> sqlx::Result<Option<Me>> {
+    let me = match credential {
+        Credential::Token(token) => {
+            if !token.starts_with(secret::TOKEN_PREFIX) || !secret::well_formed(token) {
+                return Ok(None);
+            }
+            sessions::resolve_token(&state.pool, &secret::hash(token)).await?
+        }
+        Credential::Session(token) => {
+            if token.starts_with(secret::TOKEN_PREFIX) || !secret::well_formed(token) {
+                return Ok(None);
+            }
+            let lifetime = state.auth.session_lifetime();
+            sessions::resolve(&state.pool, &secret::hash(token), lifetime).await?
+        }
     };
-    let stale = me.is_none();
-    identity.session = me.is_some().then_some(token);
-    identity.me = me;
-    Ok((identity, stale))
+    Ok(me.filter(|me| state.auth.mode == AuthMode::Guest || me.role != Role::Guest))
+}
+
+/// Ends when what `identity` proved no longer holds: its session ended or its token was
+/// revoked, or the person's role changed. Woken by `account_changed` notifications, so an open
+/// event stream does not outlive a sign-out, a new password or a demotion.
+pub async fn revoked(state: AppState, identity: Identity) {
+    let (Some(me), Some(credential)) = (identity.me, identity.credential) else {
+        return std::future::pending().await;
+    };
+    let mut changes = state.hub.subscribe();
+    loop {
+        let check = match changes.recv().await {
+            Ok(Change::Account(id)) => id == me.id,
+            Ok(_) => false,
+            // Missed notifications, or a reconnected listener: check.
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                return std::future::pending().await;
+            }
+        };
+        if check && !matches!(who(&state, &credential).await, Ok(Some(now)) if now == me) {
+            return;
+        }
+    }
 }
 
 /// The value of our session cookie, if the request has one.
@@ -190,7 +267,7 @@ fn sign_in_first(request: &Request) -> Response {
     }
 }
 
-/// The person a request comes from, if any, for handlers that read or change what exists.
+/// The person a request comes from, if any.
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub identity: Identity,
@@ -219,6 +296,23 @@ impl Caller {
         self.me()
             .ok_or_else(|| ApiError::Unauthorized("Sign in first.".into()))
     }
+
+    /// The person who will own what the request is about to create (call it once the request
+    /// is known to be good). A visitor without a session becomes a guest here, in `guest` mode;
+    /// a viewer is refused.
+    pub async fn owner(&self, state: &AppState) -> Result<Me, ApiError> {
+        match self.me() {
+            Some(me) if me.role.may_change() => Ok(me.clone()),
+            Some(_) => Err(ApiError::viewers_change_nothing()),
+            None if state.auth.mode == AuthMode::Guest => {
+                let started =
+                    accounts::start_guest(&state.pool, state.auth.session_lifetime()).await?;
+                self.identity.start_session(started.token);
+                Ok(started.me)
+            }
+            None => Err(ApiError::Unauthorized("Sign in first.".into())),
+        }
+    }
 }
 
 impl FromRequestParts<AppState> for Caller {
@@ -230,29 +324,5 @@ impl FromRequestParts<AppState> for Caller {
                 ApiError::Internal(anyhow::anyhow!("identity middleware missing"))
             })?;
         Ok(Self { identity })
-    }
-}
-
-/// The person who will own what the request creates. A visitor without a session becomes a
-/// guest here (in `guest` mode); a viewer is refused.
-#[derive(Debug, Clone)]
-pub struct Owner(pub Me);
-
-impl FromRequestParts<AppState> for Owner {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let caller = Caller::from_request_parts(parts, state).await?;
-        match caller.identity.me {
-            Some(me) if me.role.may_change() => Ok(Owner(me)),
-            Some(_) => Err(ApiError::viewers_change_nothing()),
-            None if state.auth.mode == AuthMode::Guest => {
-                let started =
-                    accounts::start_guest(&state.pool, state.auth.session_lifetime()).await?;
-                caller.identity.start_session(started.token);
-                Ok(Owner(started.me))
-            }
-            None => Err(ApiError::Unauthorized("Sign in first.".into())),
-        }
     }
 }

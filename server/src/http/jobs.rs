@@ -12,11 +12,7 @@ use axum::{
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{
-    AppState,
-    error::ApiError,
-    identity::{Caller, Owner},
-};
+use super::{AppState, error::ApiError, identity::Caller};
 use crate::{
     auth::Sees,
     jobs::{control, create},
@@ -64,10 +60,56 @@ fn callback_url(raw: &str) -> Result<String, ApiError> {
     Ok(url.to_string())
 }
 
+/// The job a create request asks for.
+enum What<'a> {
+    Import {
+        upload: Uuid,
+        dataset: &'a str,
+        sheet: Option<&'a str>,
+    },
+    Export {
+        dataset: &'a str,
+        format: &'a str,
+    },
+    Batch,
+}
+
 /// The longest dedupe or serialize key accepted.
 const MAX_KEY_CHARS: usize = 200;
 
 impl CreateJob {
+    fn what(&self) -> Result<What<'_>, ApiError> {
+        let dataset = |missing: &str| {
+            self.dataset
+                .as_deref()
+                .map(str::trim)
+                .ok_or_else(|| ApiError::Invalid(missing.to_owned()))
+        };
+        Ok(match self.job_type.as_str() {
+            "import" => What::Import {
+                upload: self.file_guid.ok_or_else(|| {
+                    ApiError::Invalid("An import needs \"fileGuid\": the id of an upload.".into())
+                })?,
+                dataset: dataset("An import needs \"dataset\": the dataset to import into.")?,
+                sheet: self
+                    .sheet
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty()),
+            },
+            "export" => What::Export {
+                dataset: dataset("An export needs \"dataset\": the dataset to export.")?,
+                format: self.format.as_deref().unwrap_or("csv"),
+            },
+            "batch" => What::Batch,
+            other => {
+                return Err(ApiError::Invalid(format!(
+                    "Unknown jobType \"{other}\": use \"import\", \"export\" or \"batch\"."
+                )));
+            }
+        })
+    }
+
     fn options(&self, idempotency_key: Option<&str>) -> Result<Options, ApiError> {
         let key = |name: &str, value: Option<&str>| -> Result<Option<String>, ApiError> {
             match value.map(str::trim) {
@@ -125,7 +167,7 @@ impl CreateJob {
 /// and the first job when the `Idempotency-Key` header (or `dedupeKey`) was used before.
 pub async fn create(
     State(state): State<AppState>,
-    Owner(owner): Owner,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Json<CreateJob>, JsonRejection>,
 ) -> Result<Response, ApiError> {
@@ -139,42 +181,19 @@ pub async fn create(
         })
         .transpose()?;
     let options = request.options(idempotency_key)?;
-    let created = match request.job_type.as_str() {
-        "import" => {
-            let upload = request.file_guid.ok_or_else(|| {
-                ApiError::Invalid("An import needs \"fileGuid\": the id of an upload.".into())
-            })?;
-            let dataset = request.dataset.ok_or_else(|| {
-                ApiError::Invalid("An import needs \"dataset\": the dataset to import into.".into())
-            })?;
-            let sheet = request
-                .sheet
-                .as_deref()
-                .map(str::trim)
-                .filter(|s| !s.is_empty());
-            create::import(
-                &state.pool,
-                owner.id,
-                upload,
-                dataset.trim(),
-                sheet,
-                &options,
-            )
-            .await?
+    let what = request.what()?;
+    // Only a good request makes a visitor a guest.
+    let owner = caller.owner(&state).await?.id;
+    let created = match what {
+        What::Import {
+            upload,
+            dataset,
+            sheet,
+        } => create::import(&state.pool, owner, upload, dataset, sheet, &options).await?,
+        What::Export { dataset, format } => {
+            create::export(&state.pool, owner, dataset, format, &options).await?
         }
-        "export" => {
-            let dataset = request.dataset.ok_or_else(|| {
-                ApiError::Invalid("An export needs \"dataset\": the dataset to export.".into())
-            })?;
-            let format = request.format.as_deref().unwrap_or("csv");
-            create::export(&state.pool, owner.id, dataset.trim(), format, &options).await?
-        }
-        "batch" => create::batch(&state.pool, owner.id, &options).await?,
-        other => {
-            return Err(ApiError::Invalid(format!(
-                "Unknown jobType \"{other}\": use \"import\", \"export\" or \"batch\"."
-            )));
-        }
+        What::Batch => create::batch(&state.pool, owner, &options).await?,
     };
     let location = format!("/api/jobs/{}", created.job.id);
     if created.replayed {

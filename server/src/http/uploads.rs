@@ -6,14 +6,14 @@ use axum::{
     http::StatusCode,
 };
 
-use super::{AppState, error::ApiError, identity::Owner};
+use super::{AppState, error::ApiError, identity::Caller};
 use futures::TryStreamExt;
 
 use crate::store::uploads::{self, Upload, UploadError};
 
 pub async fn create(
     State(state): State<AppState>,
-    Owner(owner): Owner,
+    caller: Caller,
     mut multipart: Multipart,
 ) -> Result<(StatusCode, Json<Upload>), ApiError> {
     let limit = state.max_upload_bytes;
@@ -27,6 +27,7 @@ pub async fn create(
         }
         let filename = clean_file_name(field.file_name().unwrap_or("upload.csv"));
         let content_type = field.content_type().map(str::to_owned);
+        let owner = caller.owner(&state).await?;
         let upload = uploads::save(
             &state.pool,
             owner.id,

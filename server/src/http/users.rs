@@ -13,7 +13,10 @@ use uuid::Uuid;
 use super::{AppState, error::ApiError};
 use crate::{
     auth::Role,
-    store::users::{self, RoleChange},
+    store::{
+        notify,
+        users::{self, RoleChange},
+    },
 };
 use app::auth::UserView;
 
@@ -49,7 +52,10 @@ pub async fn set_role(
         .ok_or_else(|| ApiError::Invalid("\"role\" is admin, viewer or member.".into()))?;
     let mut tx = state.pool.begin().await?;
     match users::set_role(&mut tx, id, role).await? {
-        RoleChange::Changed => tx.commit().await?,
+        RoleChange::Changed => {
+            notify::account_changed(&mut tx, id).await?;
+            tx.commit().await?;
+        }
         RoleChange::NoSuchAccount => return Err(no_such()),
         RoleChange::LastAdmin => {
             return Err(ApiError::Conflict(

@@ -99,7 +99,7 @@ pub fn follow(
                     () = tx.closed() => return,
                     change = changes.recv() => match change {
                         Ok(Change::Job(job)) if scope.covers(job.id) => ids.push(job.id),
-                        Ok(Change::Job(_)) => {}
+                        Ok(Change::Job(_) | Change::Account(_)) => {}
                         Ok(Change::Resync) | Err(RecvError::Lagged(_)) => everything = true,
                         Err(RecvError::Closed) => return,
                     },
@@ -113,7 +113,7 @@ pub fn follow(
                             ids.push(job.id);
                         }
                     }
-                    Ok(Change::Job(_)) => {}
+                    Ok(Change::Job(_) | Change::Account(_)) => {}
                     Ok(Change::Resync) | Err(TryRecvError::Lagged(_)) => everything = true,
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Closed) => return,

@@ -8,12 +8,16 @@ use sqlx::{PgPool, postgres::PgListener};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::notify::{CHANNEL, JobChanged};
+use uuid::Uuid;
+
+use crate::store::notify::{ACCOUNTS, CHANNEL, JobChanged};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
     /// A job's row changed.
     Job(JobChanged),
+    /// A person's sessions, tokens or role changed.
+    Account(Uuid),
     /// Changes may have been missed: re-read everything shown.
     Resync,
 }
@@ -41,7 +45,7 @@ async fn listen(pool: PgPool, changes: broadcast::Sender<Change>, shutdown: Canc
     while !shutdown.is_cancelled() {
         let connected = async {
             let mut listener = PgListener::connect_with(&pool).await?;
-            listener.listen(CHANNEL).await?;
+            listener.listen_all([CHANNEL, ACCOUNTS]).await?;
             Ok::<_, sqlx::Error>(listener)
         };
         let mut listener = match shutdown.run_until_cancelled(connected).await {
@@ -64,16 +68,15 @@ async fn listen(pool: PgPool, changes: broadcast::Sender<Change>, shutdown: Canc
             // resync is sent only once we listen again.
             match shutdown.run_until_cancelled(listener.try_recv()).await {
                 None => return,
-                Some(Ok(Some(notification))) => {
-                    match serde_json::from_str::<JobChanged>(notification.payload()) {
-                        Ok(change) => {
-                            let _ = changes.send(Change::Job(change));
-                        }
-                        Err(err) => {
-                            tracing::warn!("ignoring a malformed job_progress payload: {err}")
-                        }
+                Some(Ok(Some(notification))) => match parse(&notification) {
+                    Some(change) => {
+                        let _ = changes.send(change);
                     }
-                }
+                    None => tracing::warn!(
+                        channel = notification.channel(),
+                        "ignoring a malformed notification"
+                    ),
+                },
                 Some(Ok(None)) => {
                     tracing::warn!("progress listener lost its connection; reconnecting");
                     break;
@@ -84,5 +87,15 @@ async fn listen(pool: PgPool, changes: broadcast::Sender<Change>, shutdown: Canc
                 }
             }
         }
+    }
+}
+
+fn parse(notification: &sqlx::postgres::PgNotification) -> Option<Change> {
+    if notification.channel() == ACCOUNTS {
+        notification.payload().parse().ok().map(Change::Account)
+    } else {
+        serde_json::from_str(notification.payload())
+            .ok()
+            .map(Change::Job)
     }
 }

@@ -313,7 +313,8 @@ pub async fn recent(
     sqlx::query_as::<_, ViewRow>(select_view!(
         "where ($3::uuid is null or j.owner = $3)
            and ($2::uuid is null
-                or (j.created_at, j.id) < (select created_at, id from jobs where id = $2))
+                or (j.created_at, j.id) < (select created_at, id from jobs
+                                           where id = $2 and ($3::uuid is null or owner = $3)))
          order by j.created_at desc, j.id desc
          limit $1"
     ))

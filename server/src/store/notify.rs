@@ -1,12 +1,17 @@
 //! The `job_progress` channel: every change to a job sends `{"id","version"}` in the same
 //! transaction as the change, so listeners hear of it exactly when it becomes visible.
 //! Payloads carry ids only (NOTIFY's 8 kB limit); readers fetch the row.
+//!
+//! The `account_changed` channel: a person's sessions, tokens or role changed (signed out, new
+//! password, reset, revoked token, new role); the payload is their id. Open event streams of
+//! that person check that what they were opened with still holds.
 
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 pub const CHANNEL: &str = "job_progress";
+pub const ACCOUNTS: &str = "account_changed";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobChanged {
@@ -20,6 +25,16 @@ pub async fn job_changed(conn: &mut PgConnection, id: Uuid, version: i64) -> sql
     sqlx::query("select pg_notify($1, $2)")
         .bind(CHANNEL)
         .bind(payload)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Tells every process that `user_id`'s sessions, tokens or role changed.
+pub async fn account_changed(conn: &mut PgConnection, user_id: Uuid) -> sqlx::Result<()> {
+    sqlx::query("select pg_notify($1, $2)")
+        .bind(ACCOUNTS)
+        .bind(user_id.to_string())
         .execute(conn)
         .await?;
     Ok(())

@@ -1,7 +1,8 @@
 //! Retention: what finished jobs leave behind is deleted after a while, so no table grows
 //! without bound. A finished job's items (its chunks, row errors, export parts, and the files
 //! it read or wrote) go after `items_age`; its summary row after `jobs_age`. Uploads no job
-//! uses and finished queue messages go after `items_age` too. Sessions go once expired, and
+//! uses and finished queue messages go after `items_age` too. Sessions go once expired (or
+//! idle past their timeout), and
 //! guests once they have no session and own nothing (nobody can ever be them again). Each
 //! statement deletes at most `BATCH` rows, so a large backlog is worked off over several
 //! rounds in short transactions.
@@ -111,7 +112,8 @@ pub async fn prune(
 
     let sessions = sqlx::query(
         "delete from sessions where token_hash in (
-             select token_hash from sessions where expires_at < now() limit $1)",
+             select token_hash from sessions where least(expires_at, idle_expires_at) < now()
+             limit $1)",
     )
     .bind(BATCH)
     .execute(&mut *conn)

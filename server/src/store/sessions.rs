@@ -28,12 +28,13 @@ pub async fn insert(
     lifetime: Lifetime,
 ) -> sqlx::Result<()> {
     sqlx::query(
-        "insert into sessions (token_hash, user_id, expires_at)
-         values ($1, $2, now() + make_interval(secs => $3))",
+        "insert into sessions (token_hash, user_id, expires_at, idle_expires_at)
+         values ($1, $2, now() + make_interval(secs => $3), now() + make_interval(secs => $4))",
     )
     .bind(token_hash)
     .bind(user_id)
     .bind(lifetime.absolute.as_secs_f64())
+    .bind(lifetime.idle.as_secs_f64())
     .execute(conn)
     .await?;
     Ok(())
@@ -64,13 +65,11 @@ pub async fn resolve(
     lifetime: Lifetime,
 ) -> sqlx::Result<Option<Me>> {
     let holder: Option<Holder> = sqlx::query_as(
-        "select u.id, u.email, u.role, s.last_seen_at < now() - make_interval(secs => $3) as stale
+        "select u.id, u.email, u.role, s.last_seen_at < now() - make_interval(secs => $2) as stale
          from sessions s join users u on u.id = s.user_id
-         where s.token_hash = $1 and s.expires_at > now()
-           and s.last_seen_at > now() - make_interval(secs => $2)",
+         where s.token_hash = $1 and s.expires_at > now() and s.idle_expires_at > now()",
     )
     .bind(token_hash)
-    .bind(lifetime.idle.as_secs_f64())
     .bind(TOUCH_EVERY_SECS)
     .fetch_optional(pool)
     .await?;
@@ -78,10 +77,15 @@ pub async fn resolve(
         return Ok(None);
     };
     if holder.stale {
-        sqlx::query("update sessions set last_seen_at = now() where token_hash = $1")
-            .bind(token_hash)
-            .execute(pool)
-            .await?;
+        sqlx::query(
+            "update sessions set last_seen_at = now(),
+                 idle_expires_at = now() + make_interval(secs => $2)
+             where token_hash = $1",
+        )
+        .bind(token_hash)
+        .bind(lifetime.idle.as_secs_f64())
+        .execute(pool)
+        .await?;
     }
     Ok(Some(holder.me()))
 }
@@ -102,6 +106,26 @@ pub async fn delete_all_of(conn: &mut PgConnection, user_id: Uuid) -> sqlx::Resu
         .execute(conn)
         .await?
         .rows_affected())
+}
+
+/// Revokes every API token of a person (their account was reset).
+pub async fn delete_tokens_of(conn: &mut PgConnection, user_id: Uuid) -> sqlx::Result<u64> {
+    Ok(sqlx::query("delete from api_tokens where user_id = $1")
+        .bind(user_id)
+        .execute(conn)
+        .await?
+        .rows_affected())
+}
+
+/// Whether `id` is a guest from before accounts whose old cookie may claim it, once; the
+/// claim is used up here.
+pub async fn claim_legacy(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
+    let claimed = sqlx::query("delete from legacy_owners where id = $1")
+        .bind(id)
+        .execute(conn)
+        .await?
+        .rows_affected();
+    Ok(claimed == 1)
 }
 
 /// The person whose API token has this hash; renews its last use.
@@ -180,11 +204,11 @@ pub async fn tokens_of(pool: &PgPool, user_id: Uuid) -> sqlx::Result<Vec<TokenVi
 }
 
 /// Revokes one of a person's API tokens; `false` when they have none with that id.
-pub async fn delete_token(pool: &PgPool, user_id: Uuid, id: Uuid) -> sqlx::Result<bool> {
+pub async fn delete_token(conn: &mut PgConnection, user_id: Uuid, id: Uuid) -> sqlx::Result<bool> {
     let deleted = sqlx::query("delete from api_tokens where id = $1 and user_id = $2")
         .bind(id)
         .bind(user_id)
-        .execute(pool)
+        .execute(conn)
         .await?
         .rows_affected();
     Ok(deleted == 1)

@@ -43,6 +43,13 @@ impl TestDb {
 
     /// A database in the cluster at `admin_url`.
     pub async fn new_in(admin_url: &str) -> Self {
+        let db = Self::new_in_unmigrated(admin_url).await;
+        server::db::migrate(&db.pool).await.expect("migrate");
+        db
+    }
+
+    /// An empty database in the cluster at `admin_url`, for tests of the migrations.
+    pub async fn new_in_unmigrated(admin_url: &str) -> Self {
         let admin_url = admin_url.to_owned();
         let name = format!("test_{}", Uuid::new_v4().simple());
         let admin = PgPool::connect(&admin_url)
@@ -57,7 +64,6 @@ impl TestDb {
         let pool = server::db::connect(&url, 10)
             .await
             .expect("connect to the test database");
-        server::db::migrate(&pool).await.expect("migrate");
         Self { pool, url }
     }
 }
@@ -426,6 +432,20 @@ impl Events {
                 .expect("read the stream");
             self.buffer.push_str(&String::from_utf8_lossy(&bytes));
         }
+    }
+
+    /// Reads until the server ends the stream; fails the test after [`PATIENCE`].
+    pub async fn ended(&mut self) {
+        let end = async {
+            while let Some(bytes) = self.body.next().await {
+                if bytes.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(PATIENCE, end)
+            .await
+            .expect("the server ends the stream");
     }
 
     /// Reads events until the job has finished; its last state.
