@@ -17,7 +17,14 @@ function collectErrors(page: Page): string[] {
 }
 
 // Each page, with a piece of markup that only server-side rendering can have put there.
-const PAGES = { '/': 'data-testid="import-button"', '/jobs': '</html>', '/datasets': '</html>' };
+const PAGES = {
+  '/': 'data-testid="import-button"',
+  '/jobs': '</html>',
+  '/datasets': '</html>',
+  '/login': 'data-testid="sign-in-button"',
+  '/signup': 'data-testid="sign-up-button"',
+  '/account': '</html>',
+};
 
 for (const [path, marker] of Object.entries(PAGES)) {
   test(`${path} is server-rendered and hydrates without errors`, async ({ page }) => {
