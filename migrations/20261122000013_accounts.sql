@@ -39,24 +39,34 @@ create table api_tokens (
 );
 create index api_tokens_by_user on api_tokens (user_id, created_at);
 
--- Owners were browser-session UUIDs until now: each becomes a guest (anything else, which the
--- server never wrote, a guest of its own too).
-create function pg_temp.owner_id(owner text) returns uuid language sql immutable as $$
-    select case
-        when owner ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-            then owner::uuid
-        else md5(owner)::uuid
-    end
+-- Owners were browser-session ids until now (the cookie's value): each becomes a guest with a
+-- new, random id, since user ids are shown to others (admins, viewers, `?owner=` links) and
+-- the old value must stay a secret.
+create temporary table owner_map on commit drop as
+    select owner, gen_random_uuid() as id
+    from (select owner from uploads union select owner from datasets
+          union select owner from jobs) o;
+
+create function pg_temp.owner_id(old text) returns uuid language plpgsql stable as $$
+begin
+    return (select id from owner_map where owner = old);
+end
 $$;
 
-insert into users (id, role)
-select distinct pg_temp.owner_id(owner), 'guest'
-from (select owner from uploads union select owner from datasets union select owner from jobs) o;
+insert into users (id, role) select id, 'guest' from owner_map;
 
--- The browsers of those owners still hold their old cookie (the owner id itself). The first
--- request that brings one gets a real session for that guest, once: the row is then deleted.
-create table legacy_owners (id uuid primary key references users (id) on delete cascade);
-insert into legacy_owners select id from users;
+-- Their browsers still hold the old cookie: a request that brings one gets a session for its
+-- guest (see `auth::accounts::claim_legacy`). Claims are keyed by the old value's SHA-256,
+-- work for a few minutes after the first (racing tabs all get in), and for a year at most
+-- (the old cookie's own lifetime).
+create table legacy_owners (
+    cookie_hash bytea primary key,
+    user_id uuid not null references users (id) on delete cascade,
+    created_at timestamptz not null default now(),
+    claimed_at timestamptz
+);
+insert into legacy_owners (cookie_hash, user_id)
+select sha256(convert_to(owner, 'UTF8')), id from owner_map;
 
 alter table uploads alter column owner type uuid using pg_temp.owner_id(owner);
 alter table datasets alter column owner type uuid using pg_temp.owner_id(owner);

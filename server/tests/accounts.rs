@@ -656,9 +656,9 @@ async fn open_streams_end_with_their_session_and_required_mode_ignores_guests() 
 }
 
 #[tokio::test]
-async fn owners_from_before_accounts_claim_their_things_with_their_old_cookie_once() {
+async fn owners_from_before_accounts_claim_their_things_with_their_old_cookie() {
     use std::borrow::Cow;
-    // A database as it was before accounts: owners were browser-session UUIDs.
+    // A database as it was before accounts: owners were browser-session UUIDs (the cookie).
     let admin_url = std::env::var("CONVEYOR_TEST_DATABASE_URL").unwrap();
     let db = TestDb::new_in_unmigrated(&admin_url).await;
     let mut before = sqlx::migrate!("../migrations");
@@ -671,46 +671,137 @@ async fn owners_from_before_accounts_claim_their_things_with_their_old_cookie_on
             .collect(),
     );
     before.run(&db.pool).await.unwrap();
-    let old_cookie = uuid::Uuid::new_v4();
-    sqlx::query(
-        "insert into datasets (id, owner, name, columns) values (gen_random_uuid(), $1, 'old',
-             '[{\"name\":\"x\",\"type\":\"text\",\"required\":false}]')",
-    )
-    .bind(old_cookie.to_string())
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    server::db::migrate(&db.pool).await.unwrap();
-
-    let server = TestServer::start(&db, None).await;
-    let browser = TestServer::new_client();
-    let response = browser
-        .get(server.url("/api/datasets/old"))
-        .header("cookie", format!("conveyor_session={old_cookie}"))
-        .send()
+    let (plain, secure) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    for (owner, name) in [(plain, "old"), (secure, "older")] {
+        sqlx::query(
+            "insert into datasets (id, owner, name, columns) values (gen_random_uuid(), $1, $2,
+                 '[{\"name\":\"x\",\"type\":\"text\",\"required\":false}]')",
+        )
+        .bind(owner.to_string())
+        .bind(name)
+        .execute(&db.pool)
         .await
         .unwrap();
+    }
+    server::db::migrate(&db.pool).await.unwrap();
+    let owners: Vec<uuid::Uuid> = sqlx::query_scalar("select owner from datasets")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        !owners.contains(&plain) && !owners.contains(&secure),
+        "guests get new ids: the old cookie stays a secret"
+    );
+
+    let server = TestServer::start(&db, None).await;
+    let open = |cookie: String| {
+        let request = Client::new()
+            .get(server.url("/api/datasets/old"))
+            .header("cookie", cookie)
+            .send();
+        async move { request.await.unwrap() }
+    };
+    let first = open(format!("conveyor_session={plain}")).await;
     assert_eq!(
-        response.status(),
+        first.status(),
         StatusCode::OK,
         "the old cookie still opens it"
     );
-    let session = set_cookie(&response).unwrap();
+    let session = set_cookie(&first).unwrap();
     assert_eq!(session.len(), 43, "and is swapped for a real session");
-    let with_session = browser
-        .get(server.url("/api/datasets/old"))
-        .header("cookie", format!("conveyor_session={session}"))
-        .send()
-        .await
-        .unwrap();
+    let with_session = open(format!("conveyor_session={session}")).await;
     assert_eq!(with_session.status(), StatusCode::OK);
-    // The old cookie works once: whoever learns it later gets nothing.
-    let again = Client::new()
-        .get(server.url("/api/datasets/old"))
-        .header("cookie", format!("conveyor_session={old_cookie}"))
+    // A tab racing the first gets in too; once the claim has lapsed, the old value is nothing.
+    assert_eq!(
+        open(format!("conveyor_session={plain}")).await.status(),
+        StatusCode::OK
+    );
+    sqlx::query(
+        "update legacy_owners set claimed_at = now() - interval '6 minutes'
+         where cookie_hash = sha256(convert_to($1, 'UTF8'))",
+    )
+    .bind(plain.to_string())
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let lapsed = open(format!("conveyor_session={plain}")).await;
+    assert_eq!(lapsed.status(), StatusCode::NOT_FOUND);
+    assert_eq!(set_cookie(&lapsed).as_deref(), Some(""));
+    server.stop().await;
+
+    // Over HTTPS the cookie has a new name; the old one, under the plain name, still claims.
+    let https = AuthArgs {
+        https: true,
+        ..AuthArgs::default()
+    };
+    let server = TestServer::start_with_args(&db, serve_args(https)).await;
+    let response = Client::new()
+        .get(server.url("/api/datasets/older"))
+        .header("cookie", format!("conveyor_session={secure}"))
         .send()
         .await
         .unwrap();
-    assert_eq!(again.status(), StatusCode::NOT_FOUND);
+    assert_eq!(response.status(), StatusCode::OK);
+    let cookies: Vec<&str> = response
+        .headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    assert!(
+        cookies
+            .iter()
+            .any(|c| c.starts_with("__Host-conveyor_session=") && c.contains("Secure")),
+        "{cookies:?}"
+    );
+    assert!(
+        cookies.iter().any(|c| c.starts_with("conveyor_session=;")),
+        "{cookies:?}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_visitor_becomes_a_guest_only_for_a_request_that_can_succeed() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let users = || async {
+        sqlx::query_scalar::<_, i64>("select count(*) from users")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    let visitor = Client::new();
+    for body in [
+        json!({ "jobType": "import", "fileGuid": uuid::Uuid::new_v4(), "dataset": "x" }),
+        json!({ "jobType": "import", "fileGuid": uuid::Uuid::new_v4(), "dataset": "a b" }),
+        json!({ "jobType": "export", "dataset": "x" }),
+        json!({ "jobType": "export", "dataset": "x", "format": "pdf" }),
+        json!({ "jobType": "batch", "parentId": uuid::Uuid::new_v4() }),
+        json!({ "jobType": "nonsense" }),
+    ] {
+        let response = visitor
+            .post(server.url("/api/jobs"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{body}"
+        );
+        assert!(set_cookie(&response).is_none(), "{body}");
+    }
+    assert_eq!(users().await, 0);
+    let batch = visitor
+        .post(server.url("/api/jobs"))
+        .json(&json!({ "jobType": "batch" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(batch.status(), StatusCode::ACCEPTED);
+    assert!(set_cookie(&batch).is_some_and(|c| c.len() == 43));
+    assert_eq!(users().await, 1);
     server.stop().await;
 }

@@ -41,13 +41,13 @@ pub fn UploadPage() -> impl IntoView {
         busy.set(true);
         error.set(None);
         leptos::task::spawn_local(async move {
-            match client::start_import(chosen.take(), name, sheet).await {
-                Ok(job_id) => {
-                    if untrack(|| session.me().is_none()) {
-                        session.reload();
-                    }
-                    navigate(&format!("/jobs/{job_id}"), Default::default())
-                }
+            let started = client::start_import(chosen.take(), name, sheet).await;
+            // A visitor's upload made them a guest, whether or not the job could be made.
+            if untrack(|| session.me().is_none()) {
+                session.reload();
+            }
+            match started {
+                Ok(job_id) => navigate(&format!("/jobs/{job_id}"), Default::default()),
                 Err(message) => {
                     error.set(Some(message));
                     busy.set(false);

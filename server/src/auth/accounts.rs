@@ -58,6 +58,14 @@ impl From<sqlx::Error> for AccountError {
     }
 }
 
+/// The session a browser had before signing in or up: the new one replaces it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ending<'a> {
+    pub token: &'a str,
+    /// Whose it was (their open streams are told it ended).
+    pub user: Uuid,
+}
+
 /// A session just started: who, and the token for their cookie.
 #[derive(Debug)]
 pub struct Started {
@@ -82,17 +90,17 @@ pub fn normalize_email(raw: &str) -> Result<String, AccountError> {
     }
 }
 
-/// A session for a guest from before accounts, whose browser still holds its old cookie (the
-/// owner's id): once only. `None` when `owner` is no such guest, or was claimed already.
+/// A session for a guest from before accounts, whose browser still holds its old cookie.
+/// `None` when the cookie is no such guest's, or its claim has lapsed.
 pub async fn claim_legacy(
     pool: &PgPool,
-    owner: Uuid,
+    old_cookie: &str,
     lifetime: Lifetime,
 ) -> sqlx::Result<Option<Started>> {
     let mut tx = pool.begin().await?;
-    if !sessions::claim_legacy(&mut tx, owner).await? {
+    let Some(owner) = sessions::claim_legacy(&mut tx, &secret::hash(old_cookie)).await? else {
         return Ok(None);
-    }
+    };
     let token = secret::generate();
     sessions::insert(&mut tx, &secret::hash(&token), owner, lifetime).await?;
     tx.commit().await?;
@@ -121,7 +129,7 @@ pub async fn sign_up(
     email: &str,
     password: &str,
     current: Option<&Me>,
-    ending: Option<&str>,
+    ending: Option<Ending<'_>>,
     lifetime: Lifetime,
 ) -> Result<Started, AccountError> {
     let email = normalize_email(email)?;
@@ -149,7 +157,7 @@ pub async fn sign_in(
     pool: &PgPool,
     email: &str,
     password: &str,
-    ending: Option<&str>,
+    ending: Option<Ending<'_>>,
     lifetime: Lifetime,
 ) -> Result<Started, AccountError> {
     let email = email.trim().to_lowercase();
@@ -260,11 +268,12 @@ pub async fn add_or_reset(
 async fn rotate(
     conn: &mut sqlx::PgConnection,
     me: &Me,
-    ending: Option<&str>,
+    ending: Option<Ending<'_>>,
     lifetime: Lifetime,
 ) -> sqlx::Result<String> {
     if let Some(old) = ending {
-        sessions::delete(conn, &secret::hash(old)).await?;
+        sessions::delete(conn, &secret::hash(old.token)).await?;
+        notify::account_changed(conn, old.user).await?;
     }
     let token = secret::generate();
     sessions::insert(conn, &secret::hash(&token), me.id, lifetime).await?;

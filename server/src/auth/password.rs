@@ -85,11 +85,16 @@ fn hash_now(password: &str) -> anyhow::Result<String> {
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
 ) -> Result<T, PasswordError> {
-    let _waiting = QUEUE.try_acquire().map_err(|_| PasswordError::Busy)?;
-    let _slot = SLOTS.acquire().await.map_err(anyhow::Error::from)?;
-    Ok(tokio::task::spawn_blocking(work)
-        .await
-        .map_err(anyhow::Error::from)??)
+    let waiting = QUEUE.try_acquire().map_err(|_| PasswordError::Busy)?;
+    let slot = SLOTS.acquire().await.map_err(anyhow::Error::from)?;
+    // The permits go with the work: a client that hangs up does not free them while the hash
+    // (which cannot be stopped) still runs.
+    Ok(tokio::task::spawn_blocking(move || {
+        let _held = (waiting, slot);
+        work()
+    })
+    .await
+    .map_err(anyhow::Error::from)??)
 }
 
 #[cfg(test)]

@@ -27,6 +27,12 @@ pub struct Credentials {
     password: String,
 }
 
+/// The browser's session, which signing in or up replaces.
+fn ending(caller: &Caller) -> Option<accounts::Ending<'_>> {
+    let (me, token) = caller.me().zip(caller.identity.session())?;
+    Some(accounts::Ending { token, user: me.id })
+}
+
 fn view(state: &AppState, me: Option<Me>) -> SessionView {
     SessionView {
         me,
@@ -51,7 +57,7 @@ pub async fn sign_in(
         &state.pool,
         &credentials.email,
         &credentials.password,
-        caller.identity.session(),
+        ending(&caller),
         state.auth.session_lifetime(),
     )
     .await?;
@@ -89,7 +95,7 @@ pub async fn sign_up(
         &credentials.email,
         &credentials.password,
         caller.me(),
-        caller.identity.session(),
+        ending(&caller),
         state.auth.session_lifetime(),
     )
     .await?;

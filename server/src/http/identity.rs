@@ -19,6 +19,7 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Redirect, Response},
 };
+use tokio::sync::broadcast::error::RecvError;
 use uuid::Uuid;
 
 use super::{AppState, error::ApiError};
@@ -29,12 +30,15 @@ use crate::{
     store::sessions,
 };
 
+/// The cookie's name over plain HTTP, and the name every cookie had before accounts.
+const PLAIN_NAME: &str = "conveyor_session";
+
 /// The cookie's name; over HTTPS the `__Host-` prefix binds it to our exact origin.
 fn cookie_name(https: bool) -> &'static str {
     if https {
         "__Host-conveyor_session"
     } else {
-        "conveyor_session"
+        PLAIN_NAME
     }
 }
 
@@ -53,6 +57,8 @@ pub struct Identity {
     pub me: Option<Me>,
     pub credential: Option<Credential>,
     cookie: Arc<Mutex<CookieChange>>,
+    /// A cookie from before accounts, under the plain name, to remove once claimed over HTTPS.
+    old_cookie_left: bool,
 }
 
 /// What the response does to the session cookie.
@@ -108,6 +114,7 @@ pub async fn resolve(State(state): State<AppState>, mut request: Request, next: 
         request.extensions_mut().insert(me.clone());
     }
     let cookie = identity.cookie.clone();
+    let old_cookie_left = identity.old_cookie_left;
     request.extensions_mut().insert(identity);
     let mut response = next.run(request).await;
     let change = std::mem::take(&mut *cookie.lock().unwrap_or_else(|e| e.into_inner()));
@@ -121,8 +128,11 @@ pub async fn resolve(State(state): State<AppState>, mut request: Request, next: 
         CookieChange::Clear => Some(removal(https)),
         CookieChange::Keep => stale_cookie.then(|| removal(https)),
     };
-    if let Some(value) = header.and_then(|h| HeaderValue::from_str(&h).ok()) {
-        response.headers_mut().append(SET_COOKIE, value);
+    let old_removal = old_cookie_left.then(|| format!("{PLAIN_NAME}=; Path=/; Max-Age=0"));
+    for value in header.into_iter().chain(old_removal) {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().append(SET_COOKIE, value);
+        }
     }
     response
 }
@@ -138,12 +148,8 @@ fn removal(https: bool) -> String {
 /// The API token of an `Authorization: Bearer` header. Other schemes (a proxy's Basic
 /// authentication) are not ours and are ignored.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+    let (scheme, token) = headers.get(AUTHORIZATION)?.to_str().ok()?.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// The identity, and whether the request carried a session cookie the server does not know.
@@ -152,6 +158,7 @@ async fn identify(state: &AppState, headers: &HeaderMap) -> Result<(Identity, bo
         me: None,
         credential: None,
         cookie: Arc::default(),
+        old_cookie_left: false,
     };
     if let Some(token) = bearer(headers) {
         let credential = Credential::Token(token.to_owned());
@@ -161,28 +168,33 @@ async fn identify(state: &AppState, headers: &HeaderMap) -> Result<(Identity, bo
         identity.credential = Some(credential);
         return Ok((identity, false));
     }
-    let Some(token) = session_cookie(headers, state.auth.https) else {
-        return Ok((identity, false));
-    };
-    let credential = Credential::Session(token);
-    identity.me = who(state, &credential).await?;
-    if identity.me.is_some() {
-        identity.credential = Some(credential);
-        return Ok((identity, false));
+    let https = state.auth.https;
+    let current = session_cookie(headers, cookie_name(https));
+    if let Some(token) = &current {
+        let credential = Credential::Session(token.clone());
+        identity.me = who(state, &credential).await?;
+        if identity.me.is_some() {
+            identity.credential = Some(credential);
+            return Ok((identity, false));
+        }
     }
-    // A cookie from before accounts holds its owner's id: it claims that guest, once.
-    if let Credential::Session(old) = &credential
-        && let Ok(owner) = Uuid::parse_str(old)
+    // A cookie from before accounts (a UUID, always under the plain name) claims its guest.
+    let old = current
+        .clone()
+        .or_else(|| https.then(|| session_cookie(headers, PLAIN_NAME)).flatten())
+        .filter(|old| Uuid::parse_str(old).is_ok());
+    if let Some(old) = old
         && state.auth.mode == AuthMode::Guest
         && let Some(started) =
-            accounts::claim_legacy(&state.pool, owner, state.auth.session_lifetime()).await?
+            accounts::claim_legacy(&state.pool, &old, state.auth.session_lifetime()).await?
     {
         identity.me = Some(started.me);
         identity.start_session(started.token.clone());
         identity.credential = Some(Credential::Session(started.token));
+        identity.old_cookie_left = https;
         return Ok((identity, false));
     }
-    Ok((identity, true))
+    Ok((identity, current.is_some()))
 }
 
 /// The person a credential belongs to now: `None` once it was revoked or ended (or, in
@@ -206,33 +218,43 @@ async fn who(state: &AppState, credential: &Credential) -> sqlx::Result<Option<M
     Ok(me.filter(|me| state.auth.mode == AuthMode::Guest || me.role != Role::Guest))
 }
 
-/// Ends when what `identity` proved no longer holds: its session ended or its token was
-/// revoked, or the person's role changed. Woken by `account_changed` notifications, so an open
-/// event stream does not outlive a sign-out, a new password or a demotion.
-pub async fn revoked(state: AppState, identity: Identity) {
-    let (Some(me), Some(credential)) = (identity.me, identity.credential) else {
-        return std::future::pending().await;
-    };
+/// Ends when what `identity` proved no longer holds: its session ended (signed out, a new
+/// password, expired) or its token was revoked, or the person's role changed. Checked when an
+/// `account_changed` notification names the person, after notifications may have been missed,
+/// and every [`RECHECK`] (expiry sends no notification). A failed check keeps the stream. It
+/// subscribes at once, so nothing between the request and the stream's first poll is missed.
+pub fn revoked(state: AppState, identity: Identity) -> impl Future<Output = ()> + Send {
     let mut changes = state.hub.subscribe();
-    loop {
-        let check = match changes.recv().await {
-            Ok(Change::Account(id)) => id == me.id,
-            Ok(_) => false,
-            // Missed notifications, or a reconnected listener: check.
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                return std::future::pending().await;
-            }
+    async move {
+        let (Some(me), Some(credential)) = (identity.me, identity.credential) else {
+            return std::future::pending().await;
         };
-        if check && !matches!(who(&state, &credential).await, Ok(Some(now)) if now == me) {
-            return;
+        let mut recheck = tokio::time::interval(RECHECK);
+        recheck.tick().await;
+        loop {
+            let check = tokio::select! {
+                change = changes.recv() => match change {
+                    Ok(Change::Account(id)) => id == me.id,
+                    Ok(Change::Resync) | Err(RecvError::Lagged(_)) => true,
+                    Ok(Change::Job(_)) => false,
+                    Err(RecvError::Closed) => return std::future::pending().await,
+                },
+                _ = recheck.tick() => true,
+            };
+            if check
+                && matches!(who(&state, &credential).await, Ok(now) if now.as_ref() != Some(&me))
+            {
+                return;
+            }
         }
     }
 }
 
-/// The value of our session cookie, if the request has one.
-fn session_cookie(headers: &HeaderMap, https: bool) -> Option<String> {
-    let name = cookie_name(https);
+/// How often an open stream checks that its session still holds, notifications or not.
+const RECHECK: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The value of the cookie called `name`, if the request has one.
+fn session_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(COOKIE)
         .iter()

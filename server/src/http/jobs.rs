@@ -15,7 +15,11 @@ use uuid::Uuid;
 use super::{AppState, error::ApiError, identity::Caller};
 use crate::{
     auth::Sees,
-    jobs::{control, create},
+    jobs::{
+        control,
+        create::{self, CreateError},
+    },
+    spreadsheet::schema,
     store::jobs::{self, Options},
 };
 
@@ -90,17 +94,25 @@ impl CreateJob {
                 upload: self.file_guid.ok_or_else(|| {
                     ApiError::Invalid("An import needs \"fileGuid\": the id of an upload.".into())
                 })?,
-                dataset: dataset("An import needs \"dataset\": the dataset to import into.")?,
+                dataset: dataset("An import needs \"dataset\": the dataset to import into.")
+                    .and_then(|name| {
+                        schema::check_dataset_name(name).map_err(ApiError::Invalid)?;
+                        Ok(name)
+                    })?,
                 sheet: self
                     .sheet
                     .as_deref()
                     .map(str::trim)
                     .filter(|s| !s.is_empty()),
             },
-            "export" => What::Export {
-                dataset: dataset("An export needs \"dataset\": the dataset to export.")?,
-                format: self.format.as_deref().unwrap_or("csv"),
-            },
+            "export" => {
+                let format = self.format.as_deref().unwrap_or("csv");
+                create::check_format(format)?;
+                What::Export {
+                    dataset: dataset("An export needs \"dataset\": the dataset to export.")?,
+                    format,
+                }
+            }
             "batch" => What::Batch,
             other => {
                 return Err(ApiError::Invalid(format!(
@@ -182,7 +194,18 @@ pub async fn create(
         .transpose()?;
     let options = request.options(idempotency_key)?;
     let what = request.what()?;
-    // Only a good request makes a visitor a guest.
+    if caller.me().is_none() {
+        // A visitor owns no upload, dataset or batch: whatever the request names does not
+        // exist for them, and they do not become a guest for a request that cannot succeed.
+        let missing = match what {
+            What::Import { upload, .. } => Some(CreateError::UploadNotFound(upload)),
+            What::Export { dataset, .. } => Some(CreateError::DatasetNotFound(dataset.into())),
+            What::Batch => None,
+        };
+        if let Some(missing) = missing.or(options.parent_id.map(CreateError::NotAnOpenBatch)) {
+            return Err(missing.into());
+        }
+    }
     let owner = caller.owner(&state).await?.id;
     let created = match what {
         What::Import {

@@ -81,11 +81,7 @@ pub async fn export(
     format: &str,
     options: &Options,
 ) -> Result<Created, CreateError> {
-    if !matches!(format, "csv" | "xlsx") {
-        return Err(CreateError::Invalid(format!(
-            "Unknown format \"{format}\": use \"csv\" or \"xlsx\"."
-        )));
-    }
+    check_format(format)?;
     let options = with_dataset_order(options, owner, dataset);
     let mut tx = pool.begin().await?;
     jobs::lock_serialize_key(
@@ -101,6 +97,17 @@ pub async fn export(
     let inserted = jobs::insert(&mut tx, owner, dataset_id, kind, &options).await?;
     let plan = |job_id| Some(TaskMsg::ExportPlan { job_id });
     queue_first_task(pool, tx, owner, &options, inserted, plan).await
+}
+
+/// An export's file format: `csv` or `xlsx`.
+pub fn check_format(format: &str) -> Result<(), CreateError> {
+    if matches!(format, "csv" | "xlsx") {
+        Ok(())
+    } else {
+        Err(CreateError::Invalid(format!(
+            "Unknown format \"{format}\": use \"csv\" or \"xlsx\"."
+        )))
+    }
 }
 
 /// Creates a batch: a parent for imports and exports created with its id as `parentId`. It

@@ -67,10 +67,13 @@ pub async fn resolve(
     let holder: Option<Holder> = sqlx::query_as(
         "select u.id, u.email, u.role, s.last_seen_at < now() - make_interval(secs => $2) as stale
          from sessions s join users u on u.id = s.user_id
-         where s.token_hash = $1 and s.expires_at > now() and s.idle_expires_at > now()",
+         where s.token_hash = $1 and s.expires_at > now() and s.idle_expires_at > now()
+           -- The idle timeout as configured now, should it have been shortened.
+           and s.last_seen_at > now() - make_interval(secs => $3)",
     )
     .bind(token_hash)
     .bind(TOUCH_EVERY_SECS)
+    .bind(lifetime.idle.as_secs_f64())
     .fetch_optional(pool)
     .await?;
     let Some(holder) = holder else {
@@ -117,15 +120,21 @@ pub async fn delete_tokens_of(conn: &mut PgConnection, user_id: Uuid) -> sqlx::R
         .rows_affected())
 }
 
-/// Whether `id` is a guest from before accounts whose old cookie may claim it, once; the
-/// claim is used up here.
-pub async fn claim_legacy(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<bool> {
-    let claimed = sqlx::query("delete from legacy_owners where id = $1")
-        .bind(id)
-        .execute(conn)
-        .await?
-        .rows_affected();
-    Ok(claimed == 1)
+/// The guest from before accounts whose old cookie hashes to `cookie_hash`, if it may still
+/// claim them: a first claim, or another within minutes of it (tabs racing), within a year.
+pub async fn claim_legacy(
+    conn: &mut PgConnection,
+    cookie_hash: &[u8],
+) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar(
+        "update legacy_owners set claimed_at = coalesce(claimed_at, now())
+         where cookie_hash = $1 and created_at > now() - interval '1 year'
+           and (claimed_at is null or claimed_at > now() - interval '5 minutes')
+         returning user_id",
+    )
+    .bind(cookie_hash)
+    .fetch_optional(conn)
+    .await
 }
 
 /// The person whose API token has this hash; renews its last use.
