@@ -9,10 +9,10 @@ mod support;
 use std::collections::BTreeSet;
 
 use app::{auth::Role, model::JobView};
-use reqwest::{Client, Response, StatusCode, multipart};
+use reqwest::{Client, Response, StatusCode};
 use serde_json::{Value, json};
 use server::http::{Access, page_paths, route_table, rpc_paths};
-use support::{TestDb, TestServer, account, worker_args};
+use support::{TestDb, TestServer, account, file_form, json_of, worker_args};
 use uuid::Uuid;
 
 /// Who asks, in the order of every expectation below.
@@ -66,25 +66,18 @@ fn expect_seen(status: [u16; 6], marker: &str, seen_by: [bool; 6]) -> Expect {
     }
 }
 
-fn file_form(name: &str, bytes: &str) -> multipart::Form {
-    multipart::Form::new().part(
-        "file",
-        multipart::Part::bytes(bytes.as_bytes().to_vec()).file_name(name.to_owned()),
-    )
-}
-
 impl World {
     async fn new(db: &TestDb) -> Self {
+        let mut ids = Vec::new();
         for (email, role) in [
             ("a@example.com", Role::Member),
             ("b@example.com", Role::Member),
             ("viewer@example.com", Role::Viewer),
             ("admin@example.com", Role::Admin),
         ] {
-            account(db, email, role).await;
+            ids.push(account(db, email, role).await);
         }
-        let a_id = account(db, "a@example.com", Role::Member).await;
-        let b_id = account(db, "b@example.com", Role::Member).await;
+        let (a_id, b_id) = (ids[0], ids[1]);
 
         // A's things are made with workers running; the walk runs without, so new jobs wait.
         let workers = TestServer::start(db, Some(worker_args(100))).await;
@@ -98,36 +91,16 @@ impl World {
             .unwrap();
         assert_eq!(created.status(), StatusCode::CREATED);
         let csv = format!("name,n\n{MARK} Ada,1\nBad,{MARK}\n");
-        let upload: Value = a
-            .post(workers.url("/api/uploads"))
-            .multipart(file_form(&format!("{MARK}.csv"), &csv))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let upload = workers
+            .upload_as(&a, &format!("{MARK}.csv"), csv.into_bytes())
+            .await;
         let upload_id = upload["id"].as_str().unwrap().to_owned();
-        let job: JobView = a
-            .post(workers.url("/api/jobs"))
-            .json(&json!({ "jobType": "import", "fileGuid": upload_id, "dataset": "contacts" }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body = json!({ "jobType": "import", "fileGuid": upload_id, "dataset": "contacts" });
+        let job: JobView = json_of(a.post(workers.url("/api/jobs")).json(&body)).await;
         let import = workers.finished_as(&a, job.id).await;
         assert_eq!((import.rows_ok, import.rows_failed), (1, 1), "{import:?}");
-        let job: JobView = a
-            .post(workers.url("/api/jobs"))
-            .json(&json!({ "jobType": "export", "dataset": "contacts" }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body = json!({ "jobType": "export", "dataset": "contacts" });
+        let job: JobView = json_of(a.post(workers.url("/api/jobs")).json(&body)).await;
         let export = workers.finished_as(&a, job.id).await;
         assert!(export.result_url.is_some(), "{export:?}");
         let token = a
@@ -141,17 +114,8 @@ impl World {
 
         let server = TestServer::start(db, None).await;
         let guest = TestServer::new_client();
-        let made = guest
-            .post(server.url("/api/uploads"))
-            .multipart(file_form("g.csv", "x\n1\n"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(
-            made.status(),
-            StatusCode::CREATED,
-            "a visitor becomes a guest"
-        );
+        // A visitor becomes a guest by uploading.
+        server.upload_as(&guest, "g.csv", b"x\n1\n".to_vec()).await;
         let clients = vec![
             a,
             server.signed_in("b@example.com").await,
@@ -182,27 +146,7 @@ impl World {
 
     /// A new job of A's, waiting (no workers run during the walk).
     async fn waiting_job(&self) -> Uuid {
-        let upload: Value = self
-            .a()
-            .post(self.url("/api/uploads"))
-            .multipart(file_form("later.csv", "x\n1\n"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let job: JobView = self
-            .a()
-            .post(self.url("/api/jobs"))
-            .json(&json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": "later" }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        job.id
+        new_job(&self.server, self.a(), "later").await
     }
 
     /// A new job of A's, cancelled.
@@ -220,31 +164,16 @@ impl World {
 
     /// A new open batch of A's.
     async fn open_batch(&self) -> Uuid {
-        let batch: JobView = self
-            .a()
-            .post(self.url("/api/jobs"))
-            .json(&json!({ "jobType": "batch" }))
-            .send()
+        let batch = self.a().post(self.url("/api/jobs"));
+        json_of::<JobView>(batch.json(&json!({ "jobType": "batch" })))
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        batch.id
+            .id
     }
 
     /// A new API token of A's; its id.
     async fn a_token(&self) -> String {
-        let token: Value = self
-            .a()
-            .post(self.url("/api/account/tokens"))
-            .json(&json!({ "name": "to revoke" }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let create = self.a().post(self.url("/api/account/tokens"));
+        let token: Value = json_of(create.json(&json!({ "name": "to revoke" }))).await;
         token["id"].as_str().unwrap().to_owned()
     }
 
@@ -495,6 +424,21 @@ impl World {
     }
 }
 
+/// A new import by `client` into `dataset`; its id.
+async fn new_job(server: &TestServer, client: &Client, dataset: &str) -> Uuid {
+    let request = json!({ "dataset": dataset });
+    let created = server.import_as(client, "new.csv", b"x\n1\n".to_vec(), request);
+    created.await.json::<JobView>().await.unwrap().id
+}
+
+/// Asks, as `client`, for an import into `contacts` with these request fields.
+async fn into_contacts(server: &TestServer, client: &Client, mut request: Value) -> Response {
+    request["dataset"] = json!("contacts");
+    server
+        .import_as(client, "k.csv", b"x\n1\n".to_vec(), request)
+        .await
+}
+
 /// Checks one answer against its expectation; a failure names the route and who asked.
 async fn check(route: &str, who: usize, response: Response, expect: Expect) {
     let status = response.status().as_u16();
@@ -596,42 +540,17 @@ async fn the_list_stream_carries_only_the_jobs_its_reader_may_see() {
     let a = server.signed_in("a@example.com").await;
     let b = server.signed_in("b@example.com").await;
     let viewer = server.signed_in("viewer@example.com").await;
-    let make = |client: &Client| {
-        let client = client.clone();
-        let server = &server;
-        async move {
-            let upload: Value = client
-                .post(server.url("/api/uploads"))
-                .multipart(file_form("s.csv", "x\n1\n"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let job: JobView = client
-                .post(server.url("/api/jobs"))
-                .json(&json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": "s" }))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            job.id
-        }
-    };
     let open = |client: &Client| {
         let request = client.get(server.url("/api/jobs/events")).send();
         async move { support::Events::from_response(request.await.unwrap()) }
     };
-    let a_before = make(&a).await;
+    let a_before = new_job(&server, &a, "s").await;
     let (mut a_stream, mut b_stream, mut viewer_stream) =
         (open(&a).await, open(&b).await, open(&viewer).await);
     // A's job changes first, then B's: B's stream, in order, must reach B's job having shown
     // none of A's (its snapshot included).
-    let a_job = make(&a).await;
-    let b_job = make(&b).await;
+    let a_job = new_job(&server, &a, "s").await;
+    let b_job = new_job(&server, &b, "s").await;
     let seen = b_stream.until(|job| job.id == b_job).await;
     assert!(
         seen.iter()
@@ -660,32 +579,6 @@ async fn names_and_keys_belong_to_their_owner() {
         let request = client.post(server.url("/api/jobs")).json(&body).send();
         async move { request.await.unwrap() }
     };
-    let import = |client: &Client, extra: Value| {
-        let client = client.clone();
-        let server = &server;
-        async move {
-            let upload: Value = client
-                .post(server.url("/api/uploads"))
-                .multipart(file_form("k.csv", "x\n1\n"))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let mut body = json!({ "jobType": "import", "fileGuid": upload["id"],
-                                   "dataset": "contacts" });
-            body.as_object_mut()
-                .unwrap()
-                .extend(extra.as_object().unwrap().clone());
-            client
-                .post(server.url("/api/jobs"))
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-        }
-    };
 
     // Both may have a `contacts`.
     for client in [&a, &b] {
@@ -700,9 +593,17 @@ async fn names_and_keys_belong_to_their_owner() {
 
     // The same serialize key: B's job is not behind A's waiting one, A's second one is.
     let key = json!({ "serializeKey": "shared" });
-    let a_first: JobView = import(&a, key.clone()).await.json().await.unwrap();
-    let b_job: JobView = import(&b, key.clone()).await.json().await.unwrap();
-    let a_second: JobView = import(&a, key).await.json().await.unwrap();
+    let a_first: JobView = into_contacts(&server, &a, key.clone())
+        .await
+        .json()
+        .await
+        .unwrap();
+    let b_job: JobView = into_contacts(&server, &b, key.clone())
+        .await
+        .json()
+        .await
+        .unwrap();
+    let a_second: JobView = into_contacts(&server, &a, key).await.json().await.unwrap();
     let may_start = |id| {
         leases::acquire(
             &db.pool,
@@ -723,9 +624,9 @@ async fn names_and_keys_belong_to_their_owner() {
 
     // The same dedupe key: two people, two jobs; the same person, one.
     let dedupe = json!({ "dedupeKey": "nightly-1" });
-    let a_once = import(&a, dedupe.clone()).await;
-    let b_once = import(&b, dedupe.clone()).await;
-    let a_twice = import(&a, dedupe).await;
+    let a_once = into_contacts(&server, &a, dedupe.clone()).await;
+    let b_once = into_contacts(&server, &b, dedupe.clone()).await;
+    let a_twice = into_contacts(&server, &a, dedupe).await;
     assert_eq!(
         (a_once.status(), b_once.status(), a_twice.status()),
         (StatusCode::ACCEPTED, StatusCode::ACCEPTED, StatusCode::OK)
@@ -744,9 +645,9 @@ async fn names_and_keys_belong_to_their_owner() {
         .json()
         .await
         .unwrap();
-    let joined = import(&b, json!({ "parentId": batch.id })).await;
+    let joined = into_contacts(&server, &b, json!({ "parentId": batch.id })).await;
     assert_eq!(joined.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let own = import(&a, json!({ "parentId": batch.id })).await;
+    let own = into_contacts(&server, &a, json!({ "parentId": batch.id })).await;
     assert_eq!(own.status(), StatusCode::ACCEPTED);
     // An export of B's `contacts` by B reads B's, not A's.
     let export: JobView = create(&b, json!({ "jobType": "export", "dataset": "contacts" }))

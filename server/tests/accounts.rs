@@ -17,7 +17,7 @@ use app::{
 use reqwest::{Client, StatusCode, header::SET_COOKIE};
 use serde_json::{Value, json};
 use server::config::{AuthArgs, AuthMode, ServeArgs};
-use support::{TestDb, TestServer, account, csv, password_of, worker_args};
+use support::{TestDb, TestServer, account, csv, file_form, password_of, worker_args};
 
 /// The session cookie's value a response sets (`""` when it removes it).
 fn set_cookie(response: &reqwest::Response) -> Option<String> {
@@ -262,10 +262,7 @@ async fn an_api_token_runs_upload_create_and_follow_without_a_cookie_until_revok
     // A script: no cookie jar, a token, and even a foreign Origin (tokens are not browsers).
     let script = Client::new();
     let bearer = format!("Bearer {secret}");
-    let form = reqwest::multipart::Form::new().part(
-        "file",
-        reqwest::multipart::Part::bytes(csv(20)).file_name("nightly.csv"),
-    );
+    let form = file_form("nightly.csv", csv(20));
     let upload: Value = script
         .post(server.url("/api/uploads"))
         .header("authorization", &bearer)
@@ -417,10 +414,7 @@ async fn required_mode_admits_only_accounts_and_sign_up_can_be_switched_off() {
     let ada = server.signed_in("ada@example.com").await;
     let listed = ada.get(server.url("/api/jobs")).send().await.unwrap();
     assert_eq!(listed.status(), StatusCode::OK);
-    let form = reqwest::multipart::Form::new().part(
-        "file",
-        reqwest::multipart::Part::bytes(csv(1)).file_name("a.csv"),
-    );
+    let form = file_form("a.csv", csv(1));
     let upload = ada
         .post(server.url("/api/uploads"))
         .multipart(form)
@@ -584,31 +578,8 @@ async fn open_streams_end_with_their_session_and_required_mode_ignores_guests() 
     account(&db, "ada@example.com", Role::Member).await;
     let server = TestServer::start(&db, None).await;
     let ada = server.signed_in("ada@example.com").await;
-    let job = {
-        let form = reqwest::multipart::Form::new().part(
-            "file",
-            reqwest::multipart::Part::bytes(csv(1)).file_name("a.csv"),
-        );
-        let upload: Value = ada
-            .post(server.url("/api/uploads"))
-            .multipart(form)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let job: JobView = ada
-            .post(server.url("/api/jobs"))
-            .json(&json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": "a" }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        job.id
-    };
+    let created = server.import_as(&ada, "a.csv", csv(1), json!({ "dataset": "a" }));
+    let job = created.await.json::<JobView>().await.unwrap().id;
     let mut list = support::Events::from_response(
         ada.get(server.url("/api/jobs/events"))
             .send()

@@ -6,9 +6,9 @@
 mod support;
 
 use app::model::JobStatus;
-use reqwest::{Client, StatusCode, multipart};
+use reqwest::{Client, StatusCode};
 use serde_json::json;
-use support::{TestDb, TestServer, csv};
+use support::{TestDb, TestServer, csv, file_form};
 
 #[tokio::test]
 async fn cross_site_writes_are_refused_and_same_site_ones_pass() {
@@ -38,8 +38,7 @@ async fn cross_site_writes_are_refused_and_same_site_ones_pass() {
             "{header}: {value}"
         );
     }
-    let form =
-        multipart::Form::new().part("file", multipart::Part::bytes(csv(1)).file_name("x.csv"));
+    let form = file_form("x.csv", csv(1));
     let upload = server
         .client
         .post(server.url("/api/uploads"))

@@ -257,14 +257,14 @@ impl TestServer {
 
     /// `POST /api/uploads`; the JSON answer.
     pub async fn upload(&self, filename: &str, bytes: Vec<u8>) -> Value {
-        let form = multipart::Form::new().part(
-            "file",
-            multipart::Part::bytes(bytes).file_name(filename.to_owned()),
-        );
-        let response = self
-            .client
-            .post(self.url("/api/uploads"))
-            .multipart(form)
+        self.upload_as(&self.client, filename, bytes).await
+    }
+
+    /// `POST /api/uploads` as `client`; the JSON answer.
+    pub async fn upload_as(&self, client: &Client, filename: &str, bytes: Vec<u8>) -> Value {
+        let request = client.post(self.url("/api/uploads"));
+        let response = request
+            .multipart(file_form(filename, bytes))
             .send()
             .await
             .unwrap();
@@ -275,6 +275,22 @@ impl TestServer {
             response.status()
         );
         response.json().await.unwrap()
+    }
+
+    /// Uploads a file as `client` and asks for its import with the given request fields
+    /// (`fileGuid` and `jobType` are added); the answer, whatever it is.
+    pub async fn import_as(
+        &self,
+        client: &Client,
+        filename: &str,
+        bytes: Vec<u8>,
+        mut request: Value,
+    ) -> reqwest::Response {
+        let upload = self.upload_as(client, filename, bytes).await;
+        request["jobType"] = json!("import");
+        request["fileGuid"] = upload["id"].clone();
+        let create = client.post(self.url("/api/jobs")).json(&request);
+        create.send().await.unwrap()
     }
 
     /// Uploads and starts an import; the job as `POST /api/jobs` answered.
@@ -296,11 +312,8 @@ impl TestServer {
 
     /// Uploads a file and imports it with the given request fields (`fileGuid` and
     /// `jobType` are added).
-    pub async fn import_with(&self, filename: &str, bytes: Vec<u8>, mut request: Value) -> JobView {
-        let upload = self.upload(filename, bytes).await;
-        request["jobType"] = json!("import");
-        request["fileGuid"] = upload["id"].clone();
-        let response = self.post_json("/api/jobs", request).await;
+    pub async fn import_with(&self, filename: &str, bytes: Vec<u8>, request: Value) -> JobView {
+        let response = self.import_as(&self.client, filename, bytes, request).await;
         assert_eq!(response.status(), StatusCode::ACCEPTED);
         // With workers running, the job may have moved on by the time the answer is read.
         response.json().await.unwrap()
@@ -519,6 +532,19 @@ impl Drop for WorkerProcess {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A multipart form holding one file, as `POST /api/uploads` takes it.
+pub fn file_form(filename: &str, bytes: impl Into<Vec<u8>>) -> multipart::Form {
+    multipart::Form::new().part(
+        "file",
+        multipart::Part::bytes(bytes.into()).file_name(filename.to_owned()),
+    )
+}
+
+/// Sends `request` and reads its JSON answer.
+pub async fn json_of<T: serde::de::DeserializeOwned>(request: reqwest::RequestBuilder) -> T {
+    request.send().await.unwrap().json().await.unwrap()
 }
 
 /// The password [`account`] gives `email`.
