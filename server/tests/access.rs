@@ -509,23 +509,9 @@ async fn every_route_answers_each_role_as_it_should() {
     }
 
     // After everything above, A's session still works and the stranger still has none.
-    let me: Value = world.clients[A]
-        .get(world.url("/api/session"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let me: Value = json_of(world.clients[A].get(world.url("/api/session"))).await;
     assert_eq!(me["me"]["email"], "a@example.com");
-    let nobody: Value = world.clients[STRANGER]
-        .get(world.url("/api/session"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let nobody: Value = json_of(world.clients[STRANGER].get(world.url("/api/session"))).await;
     assert_eq!(nobody["me"], Value::Null);
     world.server.stop().await;
 }

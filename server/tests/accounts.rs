@@ -17,7 +17,7 @@ use app::{
 use reqwest::{Client, StatusCode, header::SET_COOKIE};
 use serde_json::{Value, json};
 use server::config::{AuthArgs, AuthMode, ServeArgs};
-use support::{TestDb, TestServer, account, csv, file_form, password_of, worker_args};
+use support::{TestDb, TestServer, account, csv, file_form, json_of, password_of, worker_args};
 
 /// The session cookie's value a response sets (`""` when it removes it).
 fn set_cookie(response: &reqwest::Response) -> Option<String> {
@@ -32,14 +32,7 @@ fn set_cookie(response: &reqwest::Response) -> Option<String> {
 
 /// Who the server thinks `client` is: `GET /api/session`'s `me`.
 async fn me(server: &TestServer, client: &Client) -> Value {
-    let session: Value = client
-        .get(server.url("/api/session"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let session: Value = json_of(client.get(server.url("/api/session"))).await;
     session["me"].clone()
 }
 
@@ -246,14 +239,7 @@ async fn an_api_token_runs_upload_create_and_follow_without_a_cookie_until_revok
     let created: Value = created.json().await.unwrap();
     let secret = created["secret"].as_str().unwrap().to_owned();
     assert!(secret.starts_with("cvt_"), "{secret}");
-    let listed: Value = browser
-        .get(server.url("/api/account/tokens"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = json_of(browser.get(server.url("/api/account/tokens"))).await;
     assert!(
         !listed.to_string().contains(&secret),
         "the secret is shown once"
@@ -263,17 +249,14 @@ async fn an_api_token_runs_upload_create_and_follow_without_a_cookie_until_revok
     let script = Client::new();
     let bearer = format!("Bearer {secret}");
     let form = file_form("nightly.csv", csv(20));
-    let upload: Value = script
-        .post(server.url("/api/uploads"))
-        .header("authorization", &bearer)
-        .header("origin", "https://elsewhere.example")
-        .multipart(form)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let upload: Value = json_of(
+        script
+            .post(server.url("/api/uploads"))
+            .header("authorization", &bearer)
+            .header("origin", "https://elsewhere.example")
+            .multipart(form),
+    )
+    .await;
     let response = script
         .post(server.url("/api/jobs"))
         .header("authorization", &bearer)
@@ -391,14 +374,7 @@ async fn required_mode_admits_only_accounts_and_sign_up_can_be_switched_off() {
         let response = no_redirects.get(server.url(open)).send().await.unwrap();
         assert_eq!(response.status(), StatusCode::OK, "{open}");
     }
-    let session: Value = visitor
-        .get(server.url("/api/session"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let session: Value = json_of(visitor.get(server.url("/api/session"))).await;
     assert_eq!(
         (session["guests"].clone(), session["signUp"].clone()),
         (json!(false), json!(false))
@@ -459,14 +435,7 @@ async fn admins_change_roles_but_never_remove_the_last_admin() {
     assert_eq!(made_admin.status(), StatusCode::OK);
     let demoted = patch(&member, root, "member").await.unwrap();
     assert_eq!(demoted.status(), StatusCode::OK, "two admins: one may go");
-    let users: Value = member
-        .get(server.url("/api/users"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let users: Value = json_of(member.get(server.url("/api/users"))).await;
     let roles: Vec<_> = users["users"]
         .as_array()
         .unwrap()

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use app::auth::{Me, Role, TokenView};
+use app::auth::{Me, TokenView};
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -53,7 +53,7 @@ impl Holder {
         Me {
             id: self.id,
             email: self.email.clone(),
-            role: Role::parse(&self.role).unwrap_or(Role::Guest),
+            role: super::users::role(&self.role),
         }
     }
 }

@@ -15,7 +15,7 @@ struct UserRow {
 }
 
 /// The role column's check constraint admits only the four words.
-fn role(word: &str) -> Role {
+pub(super) fn role(word: &str) -> Role {
     Role::parse(word).unwrap_or(Role::Guest)
 }
 
