@@ -21,12 +21,9 @@ use super::{
     AppState,
     error::ApiError,
     identity::{self, Caller},
-    jobs::{job_id, no_such_job},
+    jobs::visible_job,
 };
-use crate::{
-    progress::feed::{self, Scope},
-    store::jobs,
-};
+use crate::progress::feed::{self, Scope};
 
 /// A job's stream, for those who may see the job (a job's owner never changes, so one check
 /// at the start holds for the stream's life).
@@ -36,10 +33,7 @@ pub async fn one_job(
     id: Result<Path<Uuid>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let id = job_id(id)?;
-    if jobs::find(&state.pool, id, caller.sees()).await?.is_none() {
-        return Err(no_such_job(id));
-    }
+    let id = visible_job(&state, &caller, id).await?.id;
     let last_version = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())

@@ -305,10 +305,18 @@ pub async fn show(
     caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Json<JobView>, ApiError> {
+    visible_job(&state, &caller, id).await.map(Json)
+}
+
+/// The job, if the caller may see it; a 404 otherwise, as for a missing one.
+pub async fn visible_job(
+    state: &AppState,
+    caller: &Caller,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<JobView, ApiError> {
     let id = job_id(id)?;
     jobs::find(&state.pool, id, caller.sees())
         .await?
-        .map(Json)
         .ok_or_else(|| no_such_job(id))
 }
 

@@ -13,12 +13,7 @@ use futures::{Stream, StreamExt, TryStreamExt, stream};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{
-    AppState,
-    error::ApiError,
-    identity::Caller,
-    jobs::{job_id, no_such_job},
-};
+use super::{AppState, error::ApiError, identity::Caller, jobs::visible_job};
 use app::model::JobView;
 
 use crate::{
@@ -28,7 +23,7 @@ use crate::{
         report,
         schema::Column,
     },
-    store::{errors, jobs},
+    store::errors,
 };
 
 /// Errors read per query while streaming the CSV.
@@ -163,18 +158,6 @@ fn attachment(
         Body::from_stream(body),
     )
         .into_response()
-}
-
-/// The job, if the caller may see it; a 404 otherwise, as for a missing one.
-async fn visible_job(
-    state: &AppState,
-    caller: &Caller,
-    id: Result<Path<Uuid>, PathRejection>,
-) -> Result<JobView, ApiError> {
-    let id = job_id(id)?;
-    jobs::find(&state.pool, id, caller.sees())
-        .await?
-        .ok_or_else(|| no_such_job(id))
 }
 
 /// The imported file's name, which the report's is made from.
