@@ -68,7 +68,7 @@ pub struct ConvertArgs {
 #[derive(Args, Debug, Clone)]
 pub struct DatabaseArgs {
     /// PostgreSQL connection URL.
-    #[arg(long, env = "DATABASE_URL", global = true)]
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
     /// Connections in this process's pool.
     #[arg(long, env = "CONVEYOR_DB_POOL", default_value_t = 16, global = true)]

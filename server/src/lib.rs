@@ -9,6 +9,7 @@
 //! - [`jobs`]: the job engine: creating jobs, the plan and chunk tasks, the workers.
 //! - [`progress`]: the process's one LISTEN connection and the per-client live feeds.
 //! - [`http`]: the API, SSE and the Leptos pages.
+//! - [`incident`]: failures logged under a reference, which is all people see of them.
 //!
 //! `serve` and `work` are what `main` runs; integration tests call them too.
 
@@ -16,6 +17,7 @@ pub mod auth;
 pub mod config;
 pub mod db;
 pub mod http;
+pub mod incident;
 pub mod jobs;
 pub mod progress;
 pub mod spreadsheet;

@@ -1,5 +1,5 @@
 //! API errors: one type, mapped to a status and `{"error":{"code","message"}}`. Internal
-//! causes are logged here, once, and never shown to the client.
+//! causes are logged here, once, under a reference ([`incident`]) that is all the client sees.
 
 use axum::{
     Json,
@@ -8,7 +8,10 @@ use axum::{
 };
 use serde_json::json;
 
-use crate::{auth::accounts::AccountError, jobs::create::CreateError, store::uploads::UploadError};
+use crate::{
+    auth::accounts::AccountError, incident, jobs::create::CreateError,
+    store::uploads::UploadError,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -59,18 +62,18 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let message = match &self {
+        let body = match &self {
             Self::Internal(err) => {
-                tracing::error!("internal error: {err:#}");
-                "Something went wrong on our side. Please try again.".to_owned()
+                let reference = incident::error("internal error", &format!("{err:#}"));
+                json!({ "error": {
+                    "code": code,
+                    "message": format!("{} Please try again.", reference.sentence()),
+                    "reference": reference.as_str(),
+                } })
             }
-            other => other.to_string(),
+            other => json!({ "error": { "code": code, "message": other.to_string() } }),
         };
-        (
-            status,
-            Json(json!({ "error": { "code": code, "message": message } })),
-        )
-            .into_response()
+        (status, Json(body)).into_response()
     }
 }
 
@@ -92,7 +95,9 @@ impl From<UploadError> for ApiError {
         match err {
             UploadError::TooLarge { limit } => Self::file_too_large(limit),
             UploadError::Empty => Self::Invalid("The file is empty.".into()),
-            UploadError::Body(_) => Self::BadRequest(format!("The upload failed: {err}.")),
+            UploadError::Body(_) => {
+                Self::BadRequest("The upload was cut off before the end of the file.".into())
+            }
             UploadError::Database(err) => err.into(),
         }
     }

@@ -81,6 +81,9 @@ enum What<'a> {
 /// The longest dedupe or serialize key accepted.
 const MAX_KEY_CHARS: usize = 200;
 
+/// The longest sheet name accepted (ODS allows longer names than Excel's 31).
+const MAX_SHEET_CHARS: usize = 255;
+
 impl CreateJob {
     fn what(&self) -> Result<What<'_>, ApiError> {
         let dataset = |missing: &str| {
@@ -99,11 +102,7 @@ impl CreateJob {
                         schema::check_dataset_name(name).map_err(ApiError::Invalid)?;
                         Ok(name)
                     })?,
-                sheet: self
-                    .sheet
-                    .as_deref()
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty()),
+                sheet: self.sheet()?,
             },
             "export" => {
                 let format = self.format.as_deref().unwrap_or("csv");
@@ -120,6 +119,21 @@ impl CreateJob {
                 )));
             }
         })
+    }
+
+    /// The sheet asked for: a workbook's sheet names are short (Excel allows 31 characters),
+    /// and none looks like a command-line flag.
+    fn sheet(&self) -> Result<Option<&str>, ApiError> {
+        let Some(sheet) = self.sheet.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
+            return Ok(None);
+        };
+        if sheet.chars().count() > MAX_SHEET_CHARS || sheet.starts_with("--") {
+            return Err(ApiError::Invalid(format!(
+                "\"sheet\" must be a sheet's name: at most {MAX_SHEET_CHARS} characters, not \
+                 starting with \"--\"."
+            )));
+        }
+        Ok(Some(sheet))
     }
 
     fn options(&self, idempotency_key: Option<&str>) -> Result<Options, ApiError> {
@@ -158,7 +172,8 @@ impl CreateJob {
         match &self.max_row_errors {
             None | Some(serde_json::Value::Null) => {}
             Some(serde_json::Value::Number(n)) => {
-                options.max_row_errors = Some(n.as_u64().ok_or_else(bad_budget)? as i64);
+                let count = n.as_u64().and_then(|n| i64::try_from(n).ok());
+                options.max_row_errors = Some(count.ok_or_else(bad_budget)?);
             }
             Some(serde_json::Value::String(text)) => {
                 let percent: f64 = text

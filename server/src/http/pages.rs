@@ -26,6 +26,7 @@ use super::{AppState, defences};
 use crate::{
     auth::Sees,
     config::{AuthArgs, AuthMode},
+    incident,
     store::{datasets, jobs, sessions, users},
 };
 
@@ -35,8 +36,8 @@ struct PgPageData {
 }
 
 fn text(err: sqlx::Error) -> String {
-    tracing::error!("page data: {err}");
-    "The data could not be read. Please try again.".to_owned()
+    let reference = incident::error("page data", &err);
+    format!("{} Please try again.", reference.sentence())
 }
 
 #[async_trait::async_trait]

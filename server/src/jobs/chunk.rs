@@ -51,17 +51,15 @@ pub async fn run(
         return Ok(());
     };
 
-    let bytes = uploads::read_range(
-        pool,
-        job.upload_id,
-        chunk.byte_start as u64,
-        chunk.byte_end as u64,
-    )
-    .await?;
-    let first_row = chunk.first_row;
+    let span = chunk.span();
+    let bytes = if csv::is_one_row_too_large(&span) {
+        Vec::new()
+    } else {
+        uploads::read_range(pool, job.upload_id, span.byte_start, span.byte_end).await?
+    };
     let keyed = format.key.is_some();
     let parsed =
-        tokio::task::spawn_blocking(move || csv::parse_chunk(&bytes, &format, first_row)).await?;
+        tokio::task::spawn_blocking(move || csv::rows_of(&span, &bytes, &format)).await?;
     let found = parsed.rows.len() + parsed.errors.len();
     if found != chunk.row_count as usize {
         // The bytes no longer read as planned: no retry can fix that.
@@ -111,8 +109,7 @@ pub async fn run_streamed(
     } = chunk;
     let keyed = format.key.is_some();
     let parsed =
-        tokio::task::spawn_blocking(move || csv::parse_chunk(&bytes, &format, span.first_row))
-            .await?;
+        tokio::task::spawn_blocking(move || csv::rows_of(&span, &bytes, &format)).await?;
     if stop.is_cancelled() {
         return Ok(Ok(()));
     }

@@ -84,17 +84,20 @@ impl Conversion {
     /// the child's stdout, for reading on a blocking thread: the announcement, then the CSV.
     pub fn start(engine: &Engine, job: &ImportJob) -> Result<(Conversion, File), TaskError> {
         // `sh` sets the limits, then becomes the converter: `$0` is the program, `$1` the
-        // memory limit, `$2` the CPU limit.
-        let mut command = Command::new("sh");
+        // memory limit, `$2` the CPU limit. The child parses hostile files, so it gets none of
+        // our environment (the database's address and password are in it).
+        let mut command = Command::new("/bin/sh");
         command
             .arg("-c")
             .arg(r#"ulimit -v "$1" && ulimit -t "$2" && shift 2 && exec "$0" convert "$@""#)
             .arg(&engine.converter)
             .arg(CHILD_MEMORY_KB.to_string())
             .arg(CHILD_CPU_SECONDS.to_string())
+            .env_clear()
             .env("RUST_BACKTRACE", "0");
         if let Some(sheet) = &job.sheet {
-            command.arg("--sheet").arg(sheet);
+            // One argument, so that a sheet named like a flag is still a sheet name.
+            command.arg(format!("--sheet={sheet}"));
         }
         // Its own process group: a Ctrl-C meant for the worker's terminal is not the file's
         // fault (the worker stops it when it stops).

@@ -34,6 +34,7 @@ use super::{
 };
 use crate::{
     config::WorkerArgs,
+    incident,
     store::{
         jobs,
         leases::{self, AfterFailure, Item, Lease},
@@ -231,22 +232,21 @@ impl Runner {
         task: &TaskMsg,
         err: &TaskError,
     ) -> sqlx::Result<()> {
-        let error = err.to_string();
+        // People see the reference; the log has the cause.
+        let reference = incident::warning(
+            &format!("run of {task:?} failed (attempt {})", lease.attempt),
+            err,
+        );
+        let error = reference.sentence();
         let mut tx = self.engine.pool.begin().await?;
         let after = leases::record_failure(&mut tx, lease, &error, backoff(lease.attempt)).await?;
-        tracing::warn!(
-            ?task,
-            attempt = lease.attempt,
-            ?after,
-            "run failed: {error}"
-        );
         if after == AfterFailure::OutOfAttempts {
             let job_id = lease.item.job_id();
             let version = match lease.item {
                 Item::Chunk { .. } => jobs::add_failed_chunk(&mut tx, job_id).await?,
                 Item::Step(_) => {
                     let reason = format!(
-                        "The job could not be {} after {} attempts: {error}",
+                        "The job could not be {} after {} attempts. {error}",
                         if matches!(task, TaskMsg::ExportFinish { .. }) {
                             "finished"
                         } else {

@@ -21,8 +21,8 @@ use calamine::{
 };
 
 use super::{
-    FileError, MAX_COLUMNS, cell_text,
-    csv::ScanError,
+    FileError, MAX_CELL_BYTES, MAX_COLUMNS, cell_text,
+    csv::{MAX_ROW_BYTES, ScanError},
     unzip,
     xlsx::{self, ReadError},
 };
@@ -268,6 +268,9 @@ struct SheetWriter<W: Write> {
     fields: Vec<String>,
     /// …and, for the header, their columns.
     header_cols: Vec<u32>,
+    /// The text bytes the row holds so far: past [`MAX_ROW_BYTES`] the rest is dropped (the
+    /// row is already too large to import, and the import says so).
+    row_bytes: usize,
     /// Values outside the header's columns.
     extra: Vec<String>,
 }
@@ -293,6 +296,7 @@ impl<W: Write> SheetWriter<W> {
             row: 0,
             fields: Vec::new(),
             header_cols: Vec::new(),
+            row_bytes: 0,
             extra: Vec::new(),
         }
     }
@@ -309,10 +313,13 @@ impl<W: Write> SheetWriter<W> {
             }
             self.end_row()?;
             self.skip_to(row)?;
+            self.row_bytes = 0;
         }
-        if text.is_empty() {
+        if text.is_empty() || self.row_bytes > MAX_ROW_BYTES as usize {
             return Ok(());
         }
+        let text = cut_to_cell_cap(text);
+        self.row_bytes += text.len();
         match &self.started {
             None if self.fields.len() >= MAX_COLUMNS => {
                 return Err(FileError::TooWide {
@@ -329,6 +336,8 @@ impl<W: Write> SheetWriter<W> {
                     self.fields[i].clear();
                     self.fields[i].push_str(text);
                 }
+                // A row this wide is an error already: its count need not be exact.
+                _ if self.extra.len() >= MAX_COLUMNS => {}
                 _ => self.extra.push(text.to_owned()),
             },
         }
@@ -422,6 +431,20 @@ impl<W: Write> SheetWriter<W> {
     }
 }
 
+/// A cell's text as far as the import can tell it is too large: one byte (one character) past
+/// [`MAX_CELL_BYTES`], so that a 64 MiB string shared by many cells costs a row little more
+/// than the cap, and the row still fails for its too-large value.
+fn cut_to_cell_cap(text: &str) -> &str {
+    if text.len() <= MAX_CELL_BYTES {
+        return text;
+    }
+    let mut end = MAX_CELL_BYTES + 1;
+    while !text.is_char_boundary(end) {
+        end += 1;
+    }
+    &text[..end]
+}
+
 /// Caps what a sheet may write, so a sheet of a million very wide rows cannot fill the disk.
 struct LimitedWriter<W> {
     inner: W,
@@ -499,6 +522,34 @@ mod tests {
             ScanError::File(reason) => reason.to_string(),
             ScanError::Io(err) => panic!("an I/O error, not the file's fault: {err}"),
         }
+    }
+
+    #[test]
+    fn huge_and_many_cells_cost_a_row_little_more_than_the_caps() {
+        let mut out = Vec::new();
+        let mut sheet = SheetWriter::new(&mut out, None);
+        sheet.cell(0, 0, "a").unwrap();
+        sheet.cell(0, 1, "b").unwrap();
+        // One 3 MiB string (say a shared one) in 30 cells, then 100 000 cells past the header.
+        let huge = "é".repeat(3 << 19);
+        for col in 0..30 {
+            sheet.cell(1, col, &huge).unwrap();
+        }
+        for col in 30..100_030 {
+            sheet.cell(1, col, "x").unwrap();
+        }
+        assert!(sheet.row_bytes <= MAX_ROW_BYTES as usize + MAX_CELL_BYTES + 4);
+        sheet.cell(2, 0, "1").unwrap();
+        sheet.cell(2, 200_000, "far").unwrap();
+        assert_eq!(sheet.extra.len(), 1);
+        sheet.finish().unwrap();
+
+        let text = String::from_utf8(out).unwrap();
+        let rows: Vec<&str> = text.split_terminator('\n').collect();
+        assert_eq!(rows.len(), 3, "the header, the huge row, the next");
+        assert!(rows[1].len() as u64 > MAX_ROW_BYTES, "still too large to import");
+        assert!(rows[1].len() < 2 * MAX_ROW_BYTES as usize);
+        assert_eq!(rows[2], "1,,far");
     }
 
     /// A workbook whose first sheet is empty and whose second starts at B3, with an empty row

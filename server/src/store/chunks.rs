@@ -21,6 +21,15 @@ impl Chunk {
     pub fn is_done(&self) -> bool {
         self.state == "done"
     }
+
+    pub fn span(&self) -> ChunkSpan {
+        ChunkSpan {
+            first_row: self.first_row,
+            row_count: self.row_count,
+            byte_start: self.byte_start as u64,
+            byte_end: self.byte_end as u64,
+        }
+    }
 }
 
 pub async fn insert_all(

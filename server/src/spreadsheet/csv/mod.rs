@@ -2,14 +2,16 @@
 //! Quoted fields may hold delimiters, quotes and newlines, so chunk boundaries come from the
 //! parser's record positions, never from searching for line breaks.
 
+mod records;
+
 use std::{
     borrow::Cow,
+    collections::HashSet,
     io::{self, BufRead, BufReader, Read},
 };
 
-use csv::{ByteRecord, ReaderBuilder};
-
-use std::collections::HashSet;
+pub use records::MAX_ROW_BYTES;
+use records::{Record, Records};
 
 use super::{
     ChunkSpan, FileError, MAX_CELL_BYTES, MAX_COLUMNS, Plan, RowError, delimiter,
@@ -29,7 +31,8 @@ pub enum ScanError {
 }
 
 /// A chunk ends after this many bytes even when it has fewer than `chunk_rows` rows, so that
-/// wide rows cannot make one chunk (read whole into memory) huge.
+/// wide rows cannot make one chunk (read whole into memory) huge. With rows of at most
+/// [`MAX_ROW_BYTES`], no chunk holds more than the two together.
 const MAX_CHUNK_BYTES: u64 = 16 << 20;
 
 /// Reads the header, counts the rows and cuts them into chunks of `chunk_rows` (or
@@ -53,25 +56,28 @@ pub enum Scanned<'a> {
         delimiter: u8,
         columns: &'a [String],
     },
-    /// A chunk and its bytes.
+    /// A chunk and its bytes (none for a row too large to read: see [`rows_of`]).
     Chunk { span: ChunkSpan, bytes: &'a [u8] },
 }
 
 /// [`scan`], handing over the header and then every chunk with its bytes as it is found, so
 /// that a reader of a stream can start on the first rows while later ones are still arriving.
 /// The plan it returns has no chunks (they were handed over).
+///
+/// Memory stays within a chunk's bytes and one row's, whatever the file holds: a row longer
+/// than [`MAX_ROW_BYTES`] is a chunk of its own, handed over without its bytes.
 pub fn scan_each(
     input: impl Read,
     chunk_rows: usize,
     mut each: impl FnMut(Scanned<'_>) -> Result<(), ScanError>,
 ) -> Result<Plan, ScanError> {
-    let mut input = BufReader::with_capacity(64 * 1024, Recorder::new(input));
+    let mut input = BufReader::with_capacity(64 * 1024, input);
     let head = input.fill_buf()?;
     sniff(head)?;
     let delimiter = delimiter(head);
-    let mut reader = reader(input, delimiter);
-    let mut record = ByteRecord::new();
-    if !read(&mut reader, &mut record)? {
+    let mut records = Records::new(input, delimiter).keeping();
+    let mut record = Record::default();
+    if !records.read(&mut record)? {
         return Err(FileError::Empty.into());
     }
     let columns = header(&record)?;
@@ -84,47 +90,65 @@ pub fn scan_each(
     let mut current: Option<ChunkSpan> = None;
     let mut row_count = 0i64;
     let mut record_no = 0i64;
-    let mut hand_over = |span: ChunkSpan, reader: &mut csv::Reader<BufReader<Recorder<_>>>| {
-        let recorder = reader.get_mut().get_mut();
-        let bytes = recorder.take(span.byte_start, span.byte_end);
+    let mut hand_over = |span: ChunkSpan, records: &mut Records<_>| {
+        let bytes = if is_one_row_too_large(&span) {
+            records.restart_at(span.byte_end);
+            &[][..]
+        } else {
+            records.take(span.byte_start, span.byte_end)
+        };
         each(Scanned::Chunk { span, bytes })
     };
-    while read(&mut reader, &mut record)? {
+    while records.read(&mut record)? {
         record_no += 1;
-        if is_blank(&record) {
+        if record.is_too_large() {
+            // It ends the chunk before it and is a chunk of its own, without bytes.
+            if let Some(span) = current.take() {
+                hand_over(span, &mut records)?;
+            }
+            row_count += 1;
+            let span = ChunkSpan {
+                first_row: record_no,
+                row_count: 1,
+                byte_start: record.start(),
+                byte_end: record.end(),
+            };
+            hand_over(span, &mut records)?;
+            continue;
+        }
+        if record.is_blank() {
             // A long run of empty records ends the chunk before it (so no chunk grows past
             // the limit on them), and outside a chunk their bytes are not kept.
-            let at = reader.position().byte();
+            let at = record.end();
             if let Some(span) = current
                 && at - span.byte_start >= MAX_CHUNK_BYTES
             {
                 current = None;
-                hand_over(span, &mut reader)?;
+                hand_over(span, &mut records)?;
             }
             if current.is_none() {
-                reader.get_mut().get_mut().forget_to(at);
+                records.forget_to(at);
             }
             continue;
         }
         row_count += 1;
-        let end = reader.position().byte();
         let span = current.get_or_insert(ChunkSpan {
             first_row: record_no,
             row_count: 0,
-            byte_start: record.position().map_or(0, |p| p.byte()),
-            byte_end: end,
+            byte_start: record.start(),
+            byte_end: record.end(),
         });
         span.row_count += 1;
-        span.byte_end = end;
+        span.byte_end = record.end();
         if (span.row_count as usize == chunk_rows
             || span.byte_end - span.byte_start >= MAX_CHUNK_BYTES)
             && let Some(span) = current.take()
         {
-            hand_over(span, &mut reader)?;
+            hand_over(span, &mut records)?;
         }
     }
     if let Some(span) = current.take() {
-        hand_over(span, &mut reader)?;
+        hand_over(span, &mut records)?;
     }
     if row_count == 0 {
         return Err(FileError::NoRows.into());
@@ -138,83 +162,15 @@ pub fn scan_each(
     })
 }
 
-/// Keeps the bytes read through it until a chunk takes them, so that a chunk's bytes can be
-/// handed over without reading the input twice.
-struct Recorder<R> {
-    inner: R,
-    kept: Vec<u8>,
-    /// The input offset of `kept[0]`.
-    kept_from: u64,
-}
-
-impl<R> Recorder<R> {
-    fn new(inner: R) -> Self {
-        Self {
-            inner,
-            kept: Vec::new(),
-            kept_from: 0,
-        }
-    }
-
-    /// Drops the bytes before input offset `end` (no chunk will want them), a megabyte or more
-    /// at a time.
-    fn forget_to(&mut self, end: u64) {
-        if end - self.kept_from >= 1 << 20 {
-            self.kept.drain(..(end - self.kept_from) as usize);
-            self.kept_from = end;
-        }
-    }
-
-    /// Bytes `start..end` of the input, dropping everything before `end`.
-    fn take(&mut self, start: u64, end: u64) -> &[u8] {
-        let from = (start - self.kept_from) as usize;
-        let to = (end - self.kept_from) as usize;
-        // The previous chunk's bytes go now: they were handed over last time.
-        self.kept.drain(..from);
-        self.kept_from = start;
-        &self.kept[..to - from]
-    }
-}
-
-impl<R: Read> Read for Recorder<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.kept.extend_from_slice(&buf[..n]);
-        Ok(n)
-    }
-}
-
-/// A record whose every field is empty (`,,,`: a spreadsheet's empty row) is not a row.
-fn is_blank(record: &ByteRecord) -> bool {
-    record.iter().all(<[u8]>::is_empty)
-}
-
-/// The one way we configure the parser: no header handling (we read the header ourselves) and
-/// rows of any length (a short or long row is a row error, not the end of the file).
-fn reader<R: Read>(input: R, delimiter: u8) -> csv::Reader<R> {
-    ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .delimiter(delimiter)
-        .from_reader(input)
-}
-
-fn read<R: Read>(reader: &mut csv::Reader<R>, record: &mut ByteRecord) -> Result<bool, ScanError> {
-    reader.read_byte_record(record).map_err(|err| {
-        if err.is_io_error() {
-            match err.into_kind() {
-                csv::ErrorKind::Io(io) => ScanError::Io(io),
-                _ => unreachable!("is_io_error promised an Io kind"),
-            }
-        } else {
-            FileError::NotCsv(format!("The file is not valid CSV: {err}")).into()
-        }
-    })
-}
-
 /// Column names from the header row: trimmed, a UTF-8 byte order mark dropped, blanks named
 /// `column_N`; duplicates are refused because a dataset's columns are known by name.
-fn header(record: &ByteRecord) -> Result<Vec<String>, FileError> {
+fn header(record: &Record) -> Result<Vec<String>, FileError> {
+    if record.is_too_large() {
+        return Err(FileError::BadHeader(format!(
+            "it is larger than {} MiB",
+            MAX_ROW_BYTES >> 20
+        )));
+    }
     if record.len() > MAX_COLUMNS {
         return Err(FileError::TooWide {
             columns: record.len(),
@@ -278,25 +234,54 @@ pub struct ChunkRows {
     pub errors: Vec<RowError>,
 }
 
+/// A chunk's rows: `bytes` parsed, or, for a chunk holding one row too large to read (see
+/// [`scan_each`]), that row's error, without its bytes (callers need not read them).
+pub fn rows_of(span: &ChunkSpan, bytes: &[u8], format: &RowFormat) -> ChunkRows {
+    if is_one_row_too_large(span) {
+        let mut rows = ChunkRows::default();
+        rows.errors.push(RowError {
+            row_no: span.first_row + format.header_row,
+            column: None,
+            value: None,
+            message: too_large(span.byte_end - span.byte_start),
+            fields: Vec::new(),
+        });
+        return rows;
+    }
+    parse_chunk(bytes, format, span.first_row)
+}
+
+/// Whether a chunk is one row too large to read: the only way a one-row chunk is longer than a
+/// row may be.
+pub fn is_one_row_too_large(span: &ChunkSpan) -> bool {
+    span.row_count == 1 && span.byte_end - span.byte_start > MAX_ROW_BYTES
+}
+
+fn too_large(bytes: u64) -> String {
+    format!(
+        "the row is {bytes} bytes long; at most {} MiB is read per row",
+        MAX_ROW_BYTES >> 20
+    )
+}
+
 /// Parses the bytes of a chunk whose first data record is `first_row` (records count from 1
 /// after the header; blank records are skipped but counted, so numbers match the sheet).
-pub fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRows {
-    let mut reader = reader(bytes, format.delimiter);
+fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRows {
+    let mut records = Records::new(bytes, format.delimiter);
     let mut out = ChunkRows::default();
-    let mut record = ByteRecord::new();
+    let mut record = Record::default();
     let mut row_no = first_row;
-    loop {
-        match reader.read_byte_record(&mut record) {
-            Ok(false) => break,
-            Ok(true) if is_blank(&record) => {}
-            Ok(true) => match to_cells(&record, format) {
+    // Reading a byte slice cannot fail.
+    while records.read(&mut record).unwrap_or(false) {
+        if !record.is_blank() {
+            match to_cells(&record, format) {
                 Ok((object, key)) => {
                     out.row_nos.push(row_no);
                     out.rows.push(object);
                     out.keys.push(key);
                 }
                 Err((column, message)) => {
-                    let value = column.map(|i| preview(&record[i]));
+                    let value = column.and_then(|i| record.get(i)).map(preview);
                     out.errors.push(RowError {
                         row_no: row_no + format.header_row,
                         column: column.map(|i| format.columns[i].name.clone()),
@@ -305,14 +290,7 @@ pub fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRow
                         fields: fields_of(&record),
                     });
                 }
-            },
-            Err(err) => out.errors.push(RowError {
-                row_no: row_no + format.header_row,
-                column: None,
-                value: None,
-                message: format!("not valid CSV: {err}"),
-                fields: Vec::new(),
-            }),
+            }
         }
         row_no += 1;
     }
@@ -321,7 +299,7 @@ pub fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRow
 
 /// A record's fields as text, for the error report (invalid UTF-8 shown as U+FFFD; a cell too
 /// large to import shown by its start only).
-fn fields_of(record: &ByteRecord) -> Vec<String> {
+fn fields_of(record: &Record) -> Vec<String> {
     record.iter().map(preview).collect()
 }
 
@@ -346,10 +324,13 @@ type FieldError = (Option<usize>, String);
 
 /// The record as a stored record of typed values in dataset column order, and its key value.
 fn to_cells(
-    record: &ByteRecord,
+    record: &Record,
     format: &RowFormat,
 ) -> Result<(String, Option<String>), FieldError> {
     let columns = &format.columns;
+    if record.is_too_large() {
+        return Err((None, too_large(record.end() - record.start())));
+    }
     if record.len() != columns.len() {
         return Err((
             None,
@@ -381,7 +362,7 @@ fn to_cells(
         }
         values[format.slots[i]] = value;
     }
-    let mut record = RecordWriter::with_capacity(record.as_slice().len() + 2 * format.width);
+    let mut record = RecordWriter::with_capacity(record.field_bytes().len() + 2 * format.width);
     for value in &values {
         record.push(value.as_deref());
     }
@@ -626,7 +607,7 @@ mod tests {
         ));
 
         let columns = ["id".to_owned(), "blob".to_owned()];
-        let text = format!("1,{}\n2,small\n", "x".repeat(10 << 20));
+        let text = format!("1,{}\n2,small\n", "x".repeat(2 << 20));
         let parsed = parse(text.as_bytes(), b',', &columns, 1);
         assert_eq!(parsed.row_nos, [2]);
         let error = &parsed.errors[0];
@@ -637,7 +618,7 @@ mod tests {
                 .value
                 .as_ref()
                 .unwrap()
-                .ends_with("… (10485760 bytes)")
+                .ends_with("… (2097152 bytes)")
         );
         assert_eq!(error.fields[0], "1");
         assert!(error.fields[1].len() < 200);
@@ -666,6 +647,79 @@ mod tests {
                 .iter()
                 .all(|c| c.byte_end - c.byte_start <= MAX_CHUNK_BYTES + (1 << 20) + 1)
         );
+    }
+
+    #[test]
+    fn a_row_too_large_is_a_chunk_of_its_own_handed_over_without_its_bytes() {
+        let huge = format!("\"{}\"", "y\n,".repeat(3 << 20));
+        let text = format!("a,b\n1,x\n\n2,{huge}\n3,z\n");
+        let mut seen = Vec::new();
+        let plan = scan_each(text.as_bytes(), 10, |scanned| {
+            if let Scanned::Chunk { span, bytes } = scanned {
+                seen.push((span, bytes.to_vec()));
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(plan.row_count, 3);
+        let spans: Vec<_> = seen.iter().map(|(span, _)| *span).collect();
+        let huge_start = text.find("2,").unwrap() as u64;
+        let huge_end = text.find("3,z").unwrap() as u64;
+        assert_eq!(
+            spans,
+            [
+                ChunkSpan { first_row: 1, row_count: 1, byte_start: 4, byte_end: 8 },
+                ChunkSpan { first_row: 2, row_count: 1, byte_start: huge_start, byte_end: huge_end },
+                ChunkSpan { first_row: 3, row_count: 1, byte_start: huge_end, byte_end: text.len() as u64 },
+            ]
+        );
+        assert_eq!(seen[0].1, b"1,x\n");
+        assert!(seen[1].1.is_empty(), "the huge row's bytes are not kept");
+        assert_eq!(seen[2].1, b"3,z\n");
+
+        let format = RowFormat {
+            delimiter: b',',
+            columns: vec![Column::text("a"), Column::text("b")],
+            slots: vec![0, 1],
+            width: 2,
+            key: None,
+            header_row: 1,
+        };
+        let rows = rows_of(&spans[1], &[], &format);
+        assert!(rows.rows.is_empty());
+        assert_eq!(rows.errors[0].row_no, 3);
+        assert_eq!(
+            rows.errors[0].message,
+            format!("the row is {} bytes long; at most 8 MiB is read per row", huge_end - huge_start)
+        );
+        // Read from its bytes after all (the file is not the one planned), it is the same error.
+        let parsed = parse_chunk(&text.as_bytes()[huge_start as usize..], &format, 2);
+        assert_eq!(parsed.errors[0].message, rows.errors[0].message);
+        assert_eq!(parsed.row_nos, [3]);
+    }
+
+    #[test]
+    fn headers_too_large_or_too_wide_are_refused_while_read() {
+        let cell = "h".repeat(9 << 20);
+        assert!(matches!(
+            scan(format!("{cell}\n1\n").as_bytes(), 10),
+            Err(ScanError::File(FileError::BadHeader(m))) if m == "it is larger than 8 MiB"
+        ));
+        let wide = format!("{}\n1\n", ",".repeat(3_000_000));
+        assert!(matches!(
+            scan(wide.as_bytes(), 10),
+            Err(ScanError::File(FileError::TooWide { columns: 3_000_001 }))
+        ));
+    }
+
+    #[test]
+    fn rows_of_millions_of_fields_keep_only_their_start() {
+        let columns = ["a".to_owned(), "b".to_owned()];
+        let text = format!("{}\n1,2\n", "1,".repeat(2_000_000));
+        let parsed = parse(text.as_bytes(), b',', &columns, 1);
+        assert_eq!(parsed.row_nos, [2]);
+        assert_eq!(parsed.errors[0].message, "expected 2 fields, found 2000001");
+        assert_eq!(parsed.errors[0].fields.len(), records::MAX_FIELDS_KEPT);
     }
 
     #[test]

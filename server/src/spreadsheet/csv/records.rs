@@ -1,0 +1,265 @@
+//! CSV records read with every buffer capped while the record is read, not after.
+//!
+//! The `csv` crate's reader builds a whole record before handing it over, so one 1 GiB quoted
+//! field, or a row of ten million fields, costs that much memory before any cap of ours can
+//! look at it. This reader drives `csv_core` (the same parser) itself: a record's field bytes
+//! stop being kept at [`MAX_ROW_BYTES`] and its field ends at [`MAX_FIELDS_KEPT`]; the rest of
+//! such a record is read through a small scratch buffer and only counted. A record longer than
+//! [`MAX_ROW_BYTES`] in the file is [`Record::is_too_large`]: planning gives it a chunk of its
+//! own, which becomes a row error without its bytes ever being read again.
+//!
+//! It can also keep the raw bytes it reads (for planning, which hands each chunk's bytes over
+//! as it finds them), never those of a record that is too large.
+
+use std::io::{self, BufRead};
+
+use super::super::MAX_COLUMNS;
+
+/// The longest record (in the file, with its quotes and line end) we read into memory. A
+/// longer one is a row error. Every cell is at most `MAX_CELL_BYTES` anyway; this caps what a
+/// row of many large cells, or one enormous cell, can cost while it is read.
+pub const MAX_ROW_BYTES: u64 = 8 << 20;
+
+/// The most fields of a record that are kept: one more than a file may have columns, so that a
+/// too-wide header or row is still seen as such, and shown by its start.
+pub const MAX_FIELDS_KEPT: usize = MAX_COLUMNS + 1;
+
+/// One record: the fields kept, how many it had, and where it lies in the input.
+#[derive(Debug, Default)]
+pub struct Record {
+    /// Field bytes in `bytes[..used]`; the rest is room (kept from record to record).
+    bytes: Vec<u8>,
+    used: usize,
+    /// The end of each kept field in `bytes`, in `ends[..kept]`.
+    ends: Vec<usize>,
+    kept: usize,
+    /// How many fields the record had (kept or not).
+    fields: usize,
+    /// How many field bytes the record had (kept or not).
+    field_bytes: u64,
+    start: u64,
+    end: u64,
+    too_large: bool,
+}
+
+impl Record {
+    /// How many fields the record had, including any beyond [`MAX_FIELDS_KEPT`].
+    pub fn len(&self) -> usize {
+        self.fields
+    }
+
+    /// The fields kept (all of them, unless the record was too wide or too large).
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        (0..self.kept).map(|i| self.field(i))
+    }
+
+    /// Field `i`, if it was kept.
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        (i < self.kept).then(|| self.field(i))
+    }
+
+    fn field(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    /// The bytes of all kept fields, one after another.
+    pub fn field_bytes(&self) -> &[u8] {
+        &self.bytes[..if self.kept == 0 { 0 } else { self.ends[self.kept - 1] }]
+    }
+
+    /// Every field is empty (`,,,`: a spreadsheet's empty row).
+    pub fn is_blank(&self) -> bool {
+        self.field_bytes == 0
+    }
+
+    /// The record was longer than [`MAX_ROW_BYTES`] in the file: only its start was kept.
+    pub fn is_too_large(&self) -> bool {
+        self.too_large
+    }
+
+    /// Where the record starts in the input (after any empty lines before it).
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// Where the record ends in the input.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    fn clear(&mut self, start: u64) {
+        self.used = 0;
+        self.kept = 0;
+        self.fields = 0;
+        self.field_bytes = 0;
+        self.start = start;
+        self.end = start;
+        self.too_large = false;
+    }
+}
+
+/// The one way we configure the parser: the file's delimiter, and otherwise RFC 4180 with any
+/// line end. Rows of any length are read (a short or long row is a row error, not the end of
+/// the file).
+pub struct Records<R> {
+    input: R,
+    core: csv_core::Reader,
+    /// The input offset of the next byte to read.
+    offset: u64,
+    /// Where a record's fields go once it stopped being kept.
+    scratch: Box<[u8]>,
+    scratch_ends: Box<[usize]>,
+    kept: Option<Kept>,
+}
+
+/// The raw input bytes read since the start of the chunk being gathered.
+#[derive(Debug, Default)]
+struct Kept {
+    bytes: Vec<u8>,
+    /// The input offset of `bytes[0]`.
+    from: u64,
+    /// Off while a record that is too large is read.
+    on: bool,
+}
+
+impl<R: BufRead> Records<R> {
+    pub fn new(input: R, delimiter: u8) -> Self {
+        Records {
+            input,
+            core: csv_core::ReaderBuilder::new().delimiter(delimiter).build(),
+            offset: 0,
+            scratch: vec![0; 64 << 10].into_boxed_slice(),
+            scratch_ends: vec![0; 1024].into_boxed_slice(),
+            kept: None,
+        }
+    }
+
+    /// Also keeps the raw bytes read, for [`Records::take`].
+    pub fn keeping(mut self) -> Self {
+        self.kept = Some(Kept::default());
+        self
+    }
+
+    /// Reads the next record into `record`; `false` at the end of the input.
+    pub fn read(&mut self, record: &mut Record) -> io::Result<bool> {
+        use csv_core::ReadRecordResult as Read;
+        self.skip_empty_lines()?;
+        record.clear(self.offset);
+        if let Some(kept) = &mut self.kept {
+            kept.on = true;
+        }
+        // Whether fields go to `record` (not once it is too large or too wide).
+        let mut keeping_fields = true;
+        loop {
+            let input = self.input.fill_buf()?;
+            let (result, read, written, ended) = if keeping_fields {
+                grow(&mut record.bytes, record.used, 4 << 10, MAX_ROW_BYTES as usize);
+                grow(&mut record.ends, record.kept, 16, MAX_FIELDS_KEPT);
+                let out = self.core.read_record(
+                    input,
+                    &mut record.bytes[record.used..],
+                    &mut record.ends[record.kept..],
+                );
+                record.used += out.2;
+                record.kept += out.3;
+                out
+            } else {
+                self.core
+                    .read_record(input, &mut self.scratch, &mut self.scratch_ends)
+            };
+            if let Some(kept) = &mut self.kept
+                && kept.on
+            {
+                kept.bytes.extend_from_slice(&input[..read]);
+            }
+            self.input.consume(read);
+            self.offset += read as u64;
+            record.field_bytes += written as u64;
+            record.fields += ended;
+
+            if !record.too_large && self.offset - record.start > MAX_ROW_BYTES {
+                record.too_large = true;
+                keeping_fields = false;
+                if let Some(kept) = &mut self.kept {
+                    // Its bytes are never handed over: the chunk before it ends at its start.
+                    kept.bytes.truncate((record.start - kept.from) as usize);
+                    kept.on = false;
+                }
+            }
+            match result {
+                Read::Record => {
+                    record.end = self.offset;
+                    return Ok(true);
+                }
+                Read::End => return Ok(false),
+                Read::InputEmpty => {}
+                // Room runs out only at a cap: the rest of the record is counted, not kept.
+                Read::OutputFull if record.bytes.len() >= MAX_ROW_BYTES as usize => {
+                    keeping_fields = false
+                }
+                Read::OutputEndsFull if record.ends.len() >= MAX_FIELDS_KEPT => {
+                    keeping_fields = false
+                }
+                // Room is made on the next turn.
+                Read::OutputFull | Read::OutputEndsFull => {}
+            }
+        }
+    }
+
+    /// Empty lines before a record are not part of it (`csv_core` would skip them inside the
+    /// record's read), so that a record's size and start are its own.
+    fn skip_empty_lines(&mut self) -> io::Result<()> {
+        loop {
+            let input = self.input.fill_buf()?;
+            let empty = input
+                .iter()
+                .take_while(|&&b| b == b'\n' || b == b'\r')
+                .count();
+            if empty == 0 {
+                return Ok(());
+            }
+            if let Some(kept) = &mut self.kept {
+                kept.bytes.extend_from_slice(&input[..empty]);
+            }
+            self.input.consume(empty);
+            self.offset += empty as u64;
+        }
+    }
+
+    /// The kept bytes `start..end` of the input, dropping everything before `start` (the
+    /// previous chunk's bytes: they were handed over last time).
+    pub fn take(&mut self, start: u64, end: u64) -> &[u8] {
+        let kept = self.kept.as_mut().expect("a reader keeping its bytes");
+        let from = (start - kept.from) as usize;
+        let to = (end - kept.from) as usize;
+        kept.bytes.drain(..from);
+        kept.from = start;
+        &kept.bytes[..to - from]
+    }
+
+    /// Drops the kept bytes before `end` (no chunk will want them), a megabyte or more at a
+    /// time.
+    pub fn forget_to(&mut self, end: u64) {
+        let kept = self.kept.as_mut().expect("a reader keeping its bytes");
+        if end - kept.from >= 1 << 20 {
+            kept.bytes.drain(..(end - kept.from) as usize);
+            kept.from = end;
+        }
+    }
+
+    /// Drops every kept byte: the next one kept is the one at `offset` (the end of a record too
+    /// large to keep, once the chunk before it was taken).
+    pub fn restart_at(&mut self, offset: u64) {
+        let kept = self.kept.as_mut().expect("a reader keeping its bytes");
+        kept.bytes.clear();
+        kept.from = offset;
+    }
+}
+
+/// Makes room in `buf` when `used` fills it: twice the room (at least `least`), up to `cap`.
+fn grow<T: Default + Clone>(buf: &mut Vec<T>, used: usize, least: usize, cap: usize) {
+    if used == buf.len() && buf.len() < cap {
+        buf.resize((buf.len() * 2).clamp(least, cap), T::default());
+    }
+}
