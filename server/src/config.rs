@@ -75,7 +75,7 @@ pub struct DatabaseArgs {
     pub db_pool: u32,
 }
 
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Do not run workers in this process.
     #[arg(long, env = "CONVEYOR_NO_WORKERS", value_parser = clap::builder::BoolishValueParser::new())]
@@ -86,7 +86,79 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
     pub worker: WorkerArgs,
+    /// Connections of the workers' own pool when this process runs workers too: HTTP uses
+    /// `CONVEYOR_DB_POOL`, so a flood of requests never starves the workers' heartbeats.
+    #[arg(long, env = "CONVEYOR_WORKER_DB_POOL", default_value_t = 10)]
+    pub worker_db_pool: u32,
+}
+
+impl Default for ServeArgs {
+    fn default() -> Self {
+        ServeArgs {
+            no_workers: false,
+            max_upload_bytes: 1 << 30,
+            auth: AuthArgs::default(),
+            limits: LimitArgs::default(),
+            worker: WorkerArgs::default(),
+            worker_db_pool: 10,
+        }
+    }
+}
+
+/// What one owner may hold at once, and how long a request body may stall: generous for a
+/// person, a wall for a script gone wrong (or a hostile one). Over a limit, the answer is
+/// `429` with `Retry-After` and a sentence saying which limit.
+#[derive(Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Uploads one owner may be sending at once.
+    #[arg(
+        long = "max-uploads-at-once",
+        env = "CONVEYOR_MAX_UPLOADS_AT_ONCE",
+        default_value_t = 4
+    )]
+    pub uploads_at_once: i64,
+    /// Bytes of uploaded files one owner may keep (files go when no job needs them and
+    /// retention removes them).
+    #[arg(long = "max-stored-bytes", env = "CONVEYOR_MAX_STORED_BYTES", default_value_t = 20 << 30)]
+    pub stored_bytes: i64,
+    /// Jobs one owner may have waiting or running.
+    #[arg(
+        long = "max-active-jobs",
+        env = "CONVEYOR_MAX_ACTIVE_JOBS",
+        default_value_t = 200
+    )]
+    pub active_jobs: i64,
+    /// Live event streams one owner may hold open to one server process.
+    #[arg(
+        long = "max-streams",
+        env = "CONVEYOR_MAX_STREAMS",
+        default_value_t = 32
+    )]
+    pub streams: usize,
+    /// Seconds a request body may go without sending a byte before it is cut off.
+    #[arg(long, env = "CONVEYOR_BODY_TIMEOUT_SECS", default_value_t = 30.0)]
+    pub body_timeout_secs: f64,
+}
+
+impl Default for LimitArgs {
+    fn default() -> Self {
+        LimitArgs {
+            uploads_at_once: 4,
+            stored_bytes: 20 << 30,
+            active_jobs: 200,
+            streams: 32,
+            body_timeout_secs: 30.0,
+        }
+    }
+}
+
+impl LimitArgs {
+    pub fn body_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.body_timeout_secs.clamp(1.0, 3600.0))
+    }
 }
 
 /// Whether visitors who are not signed in may use the app.

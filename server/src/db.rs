@@ -8,13 +8,25 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::{PgPool, postgres::PgPoolOptions};
 
-pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
+fn options(max_connections: u32) -> PgPoolOptions {
     PgPoolOptions::new()
-        .max_connections(max_connections)
+        .max_connections(max_connections.max(2))
         .acquire_timeout(Duration::from_secs(10))
+}
+
+pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<PgPool> {
+    options(max_connections)
         .connect(url)
         .await
         .context("cannot connect to PostgreSQL (is DATABASE_URL right?)")
+}
+
+/// A second pool to the same database (the workers' own, in a process that also serves HTTP).
+pub async fn connect_like(pool: &PgPool, max_connections: u32) -> anyhow::Result<PgPool> {
+    options(max_connections)
+        .connect_with(pool.connect_options().as_ref().clone())
+        .await
+        .context("cannot connect to PostgreSQL for the workers")
 }
 
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {

@@ -48,10 +48,21 @@ pub async fn serve(
         leptos_options: http::leptos_options(),
         max_upload_bytes: args.max_upload_bytes,
         auth: std::sync::Arc::new(args.auth.clone()),
+        limits: std::sync::Arc::new(args.limits.clone()),
+        streams: Default::default(),
         shutdown: shutdown.clone(),
     };
-    let workers =
-        (!args.no_workers).then(|| tokio::spawn(work(pool, args.worker.clone(), shutdown.clone())));
+    let workers = if args.no_workers {
+        None
+    } else {
+        // The workers' own connections: HTTP traffic never starves their heartbeats.
+        let worker_pool = db::connect_like(&pool, args.worker_db_pool).await?;
+        Some(tokio::spawn(work(
+            worker_pool,
+            args.worker.clone(),
+            shutdown.clone(),
+        )))
+    };
     tracing::info!("listening on http://{}", listener.local_addr()?);
     axum::serve(listener, http::router(state))
         .with_graceful_shutdown(shutdown.cancelled_owned())

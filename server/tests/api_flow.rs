@@ -306,14 +306,18 @@ async fn uploads_over_the_limit_get_a_413_and_huge_cells_are_row_errors() {
     );
     server.stop().await;
 
-    // A 10 MB cell is one bad row, not a failed job.
+    // A 2 MB cell, and a 10 MB row, are bad rows, not a failed job.
     let server = TestServer::start(&db, Some(worker_args(100))).await;
-    let huge = format!("id,note\n1,ok\n2,{}\n3,ok\n", "x".repeat(10 << 20));
+    let huge = format!(
+        "id,note\n1,ok\n2,{}\n3,{}\n4,ok\n",
+        "x".repeat(2 << 20),
+        "y".repeat(10 << 20)
+    );
     let job = server.import("huge.csv", huge.into_bytes(), "huge").await;
     let done = server.finished(job.id).await;
     assert_eq!(
         (done.status, done.rows_ok, done.rows_failed),
-        (JobStatus::Completed, 2, 1)
+        (JobStatus::Completed, 2, 2)
     );
     let errors: Value = server
         .get_json(&format!("/api/jobs/{}/errors", job.id))
@@ -322,6 +326,14 @@ async fn uploads_over_the_limit_get_a_413_and_huge_cells_are_row_errors() {
     assert_eq!(
         errors["errors"][0]["message"],
         "note: the value is larger than 1 MiB"
+    );
+    assert_eq!(errors["errors"][1]["rowNo"], 4);
+    assert_eq!(
+        errors["errors"][1]["message"],
+        format!(
+            "the row is {} bytes long; at most 8 MiB is read per row",
+            (10 << 20) + 3
+        )
     );
     server.stop().await;
 }

@@ -3,14 +3,13 @@
 
 use axum::{
     Json,
-    http::StatusCode,
+    http::{HeaderValue, StatusCode, header::RETRY_AFTER},
     response::{IntoResponse, Response},
 };
 use serde_json::json;
 
 use crate::{
-    auth::accounts::AccountError, incident, jobs::create::CreateError,
-    store::uploads::UploadError,
+    auth::accounts::AccountError, incident, jobs::create::CreateError, store::uploads::UploadError,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +37,10 @@ pub enum ApiError {
     /// Too much at once: try again shortly.
     #[error("{0}")]
     Busy(String),
+    /// Over one of the caller's limits (`config::LimitArgs`): try again after `retry_after`
+    /// seconds, once something they hold has ended.
+    #[error("{message}")]
+    Limited { message: String, retry_after: u64 },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -54,6 +57,7 @@ impl ApiError {
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::WrongHost(_) => (StatusCode::MISDIRECTED_REQUEST, "wrong_host"),
             Self::Busy(_) => (StatusCode::TOO_MANY_REQUESTS, "busy"),
+            Self::Limited { .. } => (StatusCode::TOO_MANY_REQUESTS, "limited"),
             Self::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -73,7 +77,18 @@ impl IntoResponse for ApiError {
             }
             other => json!({ "error": { "code": code, "message": other.to_string() } }),
         };
-        (status, Json(body)).into_response()
+        let retry_after = match &self {
+            Self::Limited { retry_after, .. } => Some(*retry_after),
+            Self::Busy(_) => Some(1),
+            _ => None,
+        };
+        let mut response = (status, Json(body)).into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
     }
 }
 
@@ -98,6 +113,22 @@ impl From<UploadError> for ApiError {
             UploadError::Body(_) => {
                 Self::BadRequest("The upload was cut off before the end of the file.".into())
             }
+            UploadError::TooManyAtOnce { limit } => Self::Limited {
+                message: format!(
+                    "You are already sending {limit} files, the most at once. Try again when \
+                     one has finished."
+                ),
+                retry_after: 10,
+            },
+            UploadError::StoreFull { limit } => Self::Limited {
+                message: format!(
+                    "Your stored files would take more than {}, the most one account may \
+                     keep. Files no job needs are removed after a few days; an administrator \
+                     can raise the limit.",
+                    bytes_text(limit as u64)
+                ),
+                retry_after: 3600,
+            },
             UploadError::Database(err) => err.into(),
         }
     }
@@ -140,15 +171,24 @@ impl ApiError {
 
     /// The 413 for an upload over the limit, saying what the limit is.
     pub fn file_too_large(limit: usize) -> Self {
-        let mb = limit as f64 / 1e6;
         Self::TooLarge(format!(
-            "The file is larger than the upload limit of {} MB.",
-            if mb >= 10.0 {
-                format!("{mb:.0}")
-            } else {
-                format!("{mb:.1}")
-            }
+            "The file is larger than the upload limit of {}.",
+            bytes_text(limit as u64)
         ))
+    }
+}
+
+/// `64 MB`, `1.5 MB`, `20 GB`: a size as people read it.
+fn bytes_text(bytes: u64) -> String {
+    let (value, unit) = if bytes >= 1_000_000_000 {
+        (bytes as f64 / 1e9, "GB")
+    } else {
+        (bytes as f64 / 1e6, "MB")
+    };
+    if value >= 10.0 {
+        format!("{value:.0} {unit}")
+    } else {
+        format!("{value:.1} {unit}")
     }
 }
 

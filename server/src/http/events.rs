@@ -38,29 +38,44 @@ pub async fn one_job(
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.trim().parse().ok());
-    Ok(stream(&state, &caller, Scope::One(id), last_version))
+    stream(&state, &caller, Scope::One(id), last_version)
 }
 
 /// Every change of the jobs the caller may see.
-pub async fn all_jobs(State(state): State<AppState>, caller: Caller) -> Response {
+pub async fn all_jobs(State(state): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
     stream(&state, &caller, Scope::All, None)
 }
 
 /// The stream of `scope` as the caller sees it, until shutdown, or until the session or token
 /// it was opened with ends (or the caller's role changes: they reconnect and are checked
 /// again).
-fn stream(state: &AppState, caller: &Caller, scope: Scope, last_version: Option<i64>) -> Response {
+///
+/// Each of an owner's open streams takes one of their places (`LimitArgs::streams`) until it
+/// ends. A visitor's streams show nothing and are not counted.
+fn stream(
+    state: &AppState,
+    caller: &Caller,
+    scope: Scope,
+    last_version: Option<i64>,
+) -> Result<Response, ApiError> {
+    let slot = caller
+        .me()
+        .map(|me| state.streams.open(me.id, state.limits.streams))
+        .transpose()?;
     let sees = caller.sees();
     let events = feed::follow(state.pool.clone(), &state.hub, scope, sees, last_version)
-        .map(to_event)
+        .map(move |job| {
+            let _held = &slot;
+            to_event(job)
+        })
         .take_until(state.shutdown.clone().cancelled_owned())
         .take_until(Box::pin(identity::revoked(
             state.clone(),
             caller.identity.clone(),
         )));
-    Sse::new(events)
+    Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response()
+        .into_response())
 }
 
 fn to_event(job: JobView) -> Result<Event, Infallible> {

@@ -12,7 +12,7 @@ use axum::{
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{AppState, error::ApiError, identity::Caller};
+use super::{AppState, error::ApiError, identity::Caller, quotas};
 use crate::{
     auth::Sees,
     jobs::{
@@ -124,7 +124,12 @@ impl CreateJob {
     /// The sheet asked for: a workbook's sheet names are short (Excel allows 31 characters),
     /// and none looks like a command-line flag.
     fn sheet(&self) -> Result<Option<&str>, ApiError> {
-        let Some(sheet) = self.sheet.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
+        let Some(sheet) = self
+            .sheet
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        else {
             return Ok(None);
         };
         if sheet.chars().count() > MAX_SHEET_CHARS || sheet.starts_with("--") {
@@ -222,6 +227,7 @@ pub async fn create(
         }
     }
     let owner = caller.owner(&state).await?.id;
+    quotas::check_active_jobs(&state.pool, &state.limits, owner).await?;
     let created = match what {
         What::Import {
             upload,

@@ -15,6 +15,7 @@ mod events;
 pub mod identity;
 mod jobs;
 mod pages;
+mod quotas;
 mod reports;
 mod results;
 mod uploads;
@@ -34,13 +35,13 @@ use axum::{
 use leptos::prelude::LeptosOptions;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use tower_http::trace::TraceLayer;
+use tower_http::{timeout::RequestBodyTimeoutLayer, trace::TraceLayer};
 
 pub use pages::{leptos_options, page_paths, rpc_paths};
 
 use crate::{
     auth::{Me, Role},
-    config::{AuthArgs, AuthMode},
+    config::{AuthArgs, AuthMode, LimitArgs},
     progress::Hub,
 };
 use error::ApiError;
@@ -53,6 +54,9 @@ pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub max_upload_bytes: usize,
     pub auth: Arc<AuthArgs>,
+    pub limits: Arc<LimitArgs>,
+    /// The live event streams open, per owner.
+    pub streams: Arc<quotas::Streams>,
     /// Fires on shutdown; open event streams end with it.
     pub shutdown: CancellationToken,
 }
@@ -246,6 +250,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             defences::security_headers,
         ))
+        .layer(RequestBodyTimeoutLayer::new(state.limits.body_timeout()))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -9,7 +9,7 @@ use axum::{
 use super::{AppState, error::ApiError, identity::Caller};
 use futures::TryStreamExt;
 
-use crate::store::uploads::{self, Upload, UploadError};
+use crate::store::uploads::{self, Upload, UploadError, UploadLimits};
 
 pub async fn create(
     State(state): State<AppState>,
@@ -28,12 +28,17 @@ pub async fn create(
         let filename = clean_file_name(field.file_name().unwrap_or("upload.csv"));
         let content_type = field.content_type().map(str::to_owned);
         let owner = caller.owner(&state).await?;
+        let limits = UploadLimits {
+            file_bytes: limit,
+            at_once: Some(state.limits.uploads_at_once),
+            stored_bytes: Some(state.limits.stored_bytes),
+        };
         let upload = uploads::save(
             &state.pool,
             owner.id,
             &filename,
             content_type.as_deref(),
-            limit,
+            limits,
             std::pin::pin!(field.map_err(|err| match multipart_error(err, limit) {
                 ApiError::TooLarge(_) => UploadError::TooLarge { limit },
                 other => UploadError::Body(other.to_string()),

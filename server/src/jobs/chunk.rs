@@ -58,8 +58,7 @@ pub async fn run(
         uploads::read_range(pool, job.upload_id, span.byte_start, span.byte_end).await?
     };
     let keyed = format.key.is_some();
-    let parsed =
-        tokio::task::spawn_blocking(move || csv::rows_of(&span, &bytes, &format)).await?;
+    let parsed = tokio::task::spawn_blocking(move || csv::rows_of(&span, &bytes, &format)).await?;
     let found = parsed.rows.len() + parsed.errors.len();
     if found != chunk.row_count as usize {
         // The bytes no longer read as planned: no retry can fix that.
@@ -108,8 +107,7 @@ pub async fn run_streamed(
         bytes,
     } = chunk;
     let keyed = format.key.is_some();
-    let parsed =
-        tokio::task::spawn_blocking(move || csv::rows_of(&span, &bytes, &format)).await?;
+    let parsed = tokio::task::spawn_blocking(move || csv::rows_of(&span, &bytes, &format)).await?;
     if stop.is_cancelled() {
         return Ok(Ok(()));
     }

@@ -25,7 +25,7 @@ use crate::{
         chunks, datasets, exports,
         jobs::{self, ChunkCounts},
         leases, notify,
-        uploads::{self, UploadError},
+        uploads::{self, UploadError, UploadLimits},
     },
 };
 
@@ -184,7 +184,7 @@ pub async fn finish(
             job.owner,
             &filename,
             Some(XLSX_TYPE),
-            usize::MAX,
+            UploadLimits::NONE,
             xlsx,
         );
         let (saved, written) = tokio::join!(save, written);
@@ -212,7 +212,8 @@ pub async fn finish(
         }
         saved
     } else {
-        uploads::save(pool, job.owner, &filename, Some(CSV_TYPE), usize::MAX, csv).await
+        let limits = UploadLimits::NONE;
+        uploads::save(pool, job.owner, &filename, Some(CSV_TYPE), limits, csv).await
     };
     let saved = saved.map_err(std::io::Error::other)?;
 

@@ -547,7 +547,10 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         let rows: Vec<&str> = text.split_terminator('\n').collect();
         assert_eq!(rows.len(), 3, "the header, the huge row, the next");
-        assert!(rows[1].len() as u64 > MAX_ROW_BYTES, "still too large to import");
+        assert!(
+            rows[1].len() as u64 > MAX_ROW_BYTES,
+            "still too large to import"
+        );
         assert!(rows[1].len() < 2 * MAX_ROW_BYTES as usize);
         assert_eq!(rows[2], "1,,far");
     }

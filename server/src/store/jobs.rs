@@ -279,6 +279,16 @@ pub async fn find_deduped(
 }
 
 /// The job with this id, if `sees` covers it.
+/// How many of `owner`'s jobs are waiting or running (their limit: `config::LimitArgs`).
+pub async fn active_count(pool: &PgPool, owner: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "select count(*) from jobs where owner = $1 and status in ('waiting', 'running')",
+    )
+    .bind(owner)
+    .fetch_one(pool)
+    .await
+}
+
 pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<JobView>> {
     sqlx::query_as::<_, ViewRow>(select_view!(
         "where j.id = $1 and ($2::uuid is null or j.owner = $2)"

@@ -28,6 +28,12 @@ pub enum UploadError {
     Empty,
     #[error("the upload was interrupted: {0}")]
     Body(String),
+    /// The owner is sending as many files as they may at once.
+    #[error("you are already sending {limit} files; wait for one to finish")]
+    TooManyAtOnce { limit: i64 },
+    /// The owner's stored files would pass their limit.
+    #[error("your stored files would pass the limit of {limit} bytes")]
+    StoreFull { limit: i64 },
     #[error(transparent)]
     Database(#[from] sqlx::Error),
 }
@@ -39,25 +45,94 @@ impl From<std::io::Error> for UploadError {
     }
 }
 
-/// Stores a file from a stream of byte chunks, all or nothing (one transaction).
+/// What [`save`] lets one file and its owner take.
+#[derive(Debug, Clone, Copy)]
+pub struct UploadLimits {
+    /// The largest file.
+    pub file_bytes: usize,
+    /// Files the owner may be sending at once (`None`: no limit, for our own files).
+    pub at_once: Option<i64>,
+    /// Bytes the owner's files may hold in all (`None`: no limit).
+    pub stored_bytes: Option<i64>,
+}
+
+impl UploadLimits {
+    /// For files we make ourselves (an export's result): no limit.
+    pub const NONE: UploadLimits = UploadLimits {
+        file_bytes: usize::MAX,
+        at_once: None,
+        stored_bytes: None,
+    };
+}
+
+/// Stores a file from a stream of byte chunks, all or nothing. The file is `receiving` (seen
+/// by nothing but its owner's limits) until its last byte is stored; every part is stored in
+/// its own statement, so a slow sender holds no transaction or connection while we wait.
 pub async fn save<S, B, E>(
     pool: &PgPool,
     owner: Uuid,
     filename: &str,
     content_type: Option<&str>,
-    max_bytes: usize,
-    mut body: S,
+    limits: UploadLimits,
+    body: S,
 ) -> Result<Upload, UploadError>
 where
     S: Stream<Item = Result<B, E>> + Unpin,
     B: AsRef<[u8]>,
     E: Into<UploadError>,
 {
-    let id = Uuid::now_v7();
+    let (id, room) = begin(pool, owner, filename, content_type, limits).await?;
+    match receive(pool, id, limits, room, body).await {
+        Ok(size) => Ok(Upload {
+            id,
+            filename: filename.to_owned(),
+            size: size as i64,
+        }),
+        Err(err) => {
+            // What was stored goes (retention removes it if this fails too).
+            if let Err(cleanup) = delete(pool, id).await {
+                tracing::warn!(upload = %id, "could not remove an unfinished upload: {cleanup}");
+            }
+            Err(err)
+        }
+    }
+}
+
+/// Registers a file about to arrive, if the owner's limits allow it; its id, and how many bytes
+/// the owner may still store. One short transaction, serialized per owner, so that racing
+/// uploads cannot both take the last place.
+async fn begin(
+    pool: &PgPool,
+    owner: Uuid,
+    filename: &str,
+    content_type: Option<&str>,
+    limits: UploadLimits,
+) -> Result<(Uuid, i64), UploadError> {
     let mut tx = pool.begin().await?;
+    sqlx::query("select pg_advisory_xact_lock(hashtextextended('uploads:' || $1::text, 0))")
+        .bind(owner)
+        .execute(&mut *tx)
+        .await?;
+    let (sending, stored): (i64, i64) = sqlx::query_as(
+        "select count(*) filter (where receiving and alive_at > now() - interval '1 hour'),
+                coalesce(sum(size), 0)::bigint
+         from uploads where owner = $1",
+    )
+    .bind(owner)
+    .fetch_one(&mut *tx)
+    .await?;
+    if let Some(limit) = limits.at_once.filter(|&limit| sending >= limit) {
+        return Err(UploadError::TooManyAtOnce { limit });
+    }
+    let room = match limits.stored_bytes {
+        Some(limit) if stored >= limit => return Err(UploadError::StoreFull { limit }),
+        Some(limit) => limit - stored,
+        None => i64::MAX,
+    };
+    let id = Uuid::now_v7();
     sqlx::query(
-        "insert into uploads (id, owner, filename, content_type, size, sha256)
-         values ($1, $2, $3, $4, 0, '')",
+        "insert into uploads (id, owner, filename, content_type, size, sha256, receiving)
+         values ($1, $2, $3, $4, 0, '', true)",
     )
     .bind(id)
     .bind(owner)
@@ -65,7 +140,23 @@ where
     .bind(content_type)
     .execute(&mut *tx)
     .await?;
+    tx.commit().await?;
+    Ok((id, room))
+}
 
+/// Stores the body part by part; its size once the last part is in.
+async fn receive<S, B, E>(
+    pool: &PgPool,
+    id: Uuid,
+    limits: UploadLimits,
+    room: i64,
+    mut body: S,
+) -> Result<usize, UploadError>
+where
+    S: Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+    E: Into<UploadError>,
+{
     let mut hasher = Sha256::new();
     let mut part = Vec::with_capacity(PART_BYTES);
     let mut part_no = 0i32;
@@ -74,8 +165,15 @@ where
         let bytes = bytes.map_err(Into::into)?;
         let mut bytes = bytes.as_ref();
         size += bytes.len();
-        if size > max_bytes {
-            return Err(UploadError::TooLarge { limit: max_bytes });
+        if size > limits.file_bytes {
+            return Err(UploadError::TooLarge {
+                limit: limits.file_bytes,
+            });
+        }
+        if size as u64 > room as u64 {
+            return Err(UploadError::StoreFull {
+                limit: limits.stored_bytes.unwrap_or(i64::MAX),
+            });
         }
         hasher.update(bytes);
         while !bytes.is_empty() {
@@ -83,7 +181,7 @@ where
             part.extend_from_slice(&bytes[..take]);
             bytes = &bytes[take..];
             if part.len() == PART_BYTES {
-                insert_part(&mut tx, id, part_no, &part).await?;
+                store_part(pool, id, part_no, &part).await?;
                 part.clear();
                 part_no += 1;
             }
@@ -93,34 +191,35 @@ where
         return Err(UploadError::Empty);
     }
     if !part.is_empty() {
-        insert_part(&mut tx, id, part_no, &part).await?;
+        store_part(pool, id, part_no, &part).await?;
     }
-    sqlx::query("update uploads set size = $2, sha256 = $3 where id = $1")
-        .bind(id)
-        .bind(size as i64)
-        .bind(hasher.finalize().as_slice())
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(Upload {
-        id,
-        filename: filename.to_owned(),
-        size: size as i64,
-    })
+    let stored = sqlx::query(
+        "update uploads set size = $2, sha256 = $3, receiving = false, alive_at = now()
+         where id = $1 and receiving",
+    )
+    .bind(id)
+    .bind(size as i64)
+    .bind(hasher.finalize().as_slice())
+    .execute(pool)
+    .await?;
+    if stored.rows_affected() == 0 {
+        // Removed meanwhile (retention gave up on it).
+        return Err(UploadError::Body("the upload took too long".into()));
+    }
+    Ok(size)
 }
 
-async fn insert_part(
-    tx: &mut sqlx::PgConnection,
-    id: Uuid,
-    part_no: i32,
-    data: &[u8],
-) -> sqlx::Result<()> {
-    sqlx::query("insert into upload_parts (upload_id, part_no, data) values ($1, $2, $3)")
-        .bind(id)
-        .bind(part_no)
-        .bind(data)
-        .execute(tx)
-        .await?;
+/// Stores one part and counts its bytes against the owner (one statement: autocommitted).
+async fn store_part(pool: &PgPool, id: Uuid, part_no: i32, data: &[u8]) -> sqlx::Result<()> {
+    sqlx::query(
+        "with part as (insert into upload_parts (upload_id, part_no, data) values ($1, $2, $3))
+         update uploads set size = size + length($3), alive_at = now() where id = $1",
+    )
+    .bind(id)
+    .bind(part_no)
+    .bind(data)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -128,7 +227,7 @@ async fn insert_part(
 pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<Upload>> {
     sqlx::query_as(
         "select id, filename, size from uploads
-         where id = $1 and ($2::uuid is null or owner = $2)",
+         where id = $1 and not receiving and ($2::uuid is null or owner = $2)",
     )
     .bind(id)
     .bind(sees.owner_filter())

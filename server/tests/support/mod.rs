@@ -484,8 +484,8 @@ impl Events {
     }
 }
 
-/// A `server worker` process, killed when dropped.
-pub struct WorkerProcess(Child);
+/// A `server worker` process, killed when dropped. Its log (stdout) goes to a file.
+pub struct WorkerProcess(Child, std::path::PathBuf);
 
 impl WorkerProcess {
     pub fn start(db: &TestDb, chunk_rows: usize) -> Self {
@@ -494,6 +494,7 @@ impl WorkerProcess {
 
     /// With extra `CONVEYOR_…` settings.
     pub fn start_with(db: &TestDb, chunk_rows: usize, settings: &[(&str, &str)]) -> Self {
+        let log = std::env::temp_dir().join(format!("conveyor-worker-{}.log", Uuid::new_v4()));
         let child = Command::new(env!("CARGO_BIN_EXE_server"))
             .arg("worker")
             .env("DATABASE_URL", &db.url)
@@ -505,9 +506,15 @@ impl WorkerProcess {
             .env("RUST_LOG", "warn")
             .envs(settings.iter().copied())
             .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).expect("create the worker's log"))
             .spawn()
             .expect("start a worker process");
-        Self(child)
+        Self(child, log)
+    }
+
+    /// What the worker has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.1).unwrap_or_default()
     }
 
     /// SIGKILL: no chance to clean up, like a machine that vanishes.
@@ -531,6 +538,10 @@ impl Drop for WorkerProcess {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        if std::thread::panicking() {
+            eprintln!("the worker's log:\n{}", self.log());
+        }
+        let _ = std::fs::remove_file(&self.1);
     }
 }
 

@@ -323,10 +323,7 @@ fn preview(field: &[u8]) -> String {
 type FieldError = (Option<usize>, String);
 
 /// The record as a stored record of typed values in dataset column order, and its key value.
-fn to_cells(
-    record: &Record,
-    format: &RowFormat,
-) -> Result<(String, Option<String>), FieldError> {
+fn to_cells(record: &Record, format: &RowFormat) -> Result<(String, Option<String>), FieldError> {
     let columns = &format.columns;
     if record.is_too_large() {
         return Err((None, too_large(record.end() - record.start())));
@@ -613,13 +610,7 @@ mod tests {
         let error = &parsed.errors[0];
         assert_eq!((error.row_no, error.column.as_deref()), (2, Some("blob")));
         assert_eq!(error.message, "blob: the value is larger than 1 MiB");
-        assert!(
-            error
-                .value
-                .as_ref()
-                .unwrap()
-                .ends_with("… (2097152 bytes)")
-        );
+        assert!(error.value.as_ref().unwrap().ends_with("… (2097152 bytes)"));
         assert_eq!(error.fields[0], "1");
         assert!(error.fields[1].len() < 200);
     }
@@ -668,9 +659,24 @@ mod tests {
         assert_eq!(
             spans,
             [
-                ChunkSpan { first_row: 1, row_count: 1, byte_start: 4, byte_end: 8 },
-                ChunkSpan { first_row: 2, row_count: 1, byte_start: huge_start, byte_end: huge_end },
-                ChunkSpan { first_row: 3, row_count: 1, byte_start: huge_end, byte_end: text.len() as u64 },
+                ChunkSpan {
+                    first_row: 1,
+                    row_count: 1,
+                    byte_start: 4,
+                    byte_end: 8
+                },
+                ChunkSpan {
+                    first_row: 2,
+                    row_count: 1,
+                    byte_start: huge_start,
+                    byte_end: huge_end
+                },
+                ChunkSpan {
+                    first_row: 3,
+                    row_count: 1,
+                    byte_start: huge_end,
+                    byte_end: text.len() as u64
+                },
             ]
         );
         assert_eq!(seen[0].1, b"1,x\n");
@@ -690,7 +696,10 @@ mod tests {
         assert_eq!(rows.errors[0].row_no, 3);
         assert_eq!(
             rows.errors[0].message,
-            format!("the row is {} bytes long; at most 8 MiB is read per row", huge_end - huge_start)
+            format!(
+                "the row is {} bytes long; at most 8 MiB is read per row",
+                huge_end - huge_start
+            )
         );
         // Read from its bytes after all (the file is not the one planned), it is the same error.
         let parsed = parse_chunk(&text.as_bytes()[huge_start as usize..], &format, 2);

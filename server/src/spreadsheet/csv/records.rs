@@ -65,7 +65,11 @@ impl Record {
 
     /// The bytes of all kept fields, one after another.
     pub fn field_bytes(&self) -> &[u8] {
-        &self.bytes[..if self.kept == 0 { 0 } else { self.ends[self.kept - 1] }]
+        &self.bytes[..if self.kept == 0 {
+            0
+        } else {
+            self.ends[self.kept - 1]
+        }]
     }
 
     /// Every field is empty (`,,,`: a spreadsheet's empty row).
@@ -154,7 +158,12 @@ impl<R: BufRead> Records<R> {
         loop {
             let input = self.input.fill_buf()?;
             let (result, read, written, ended) = if keeping_fields {
-                grow(&mut record.bytes, record.used, 4 << 10, MAX_ROW_BYTES as usize);
+                grow(
+                    &mut record.bytes,
+                    record.used,
+                    4 << 10,
+                    MAX_ROW_BYTES as usize,
+                );
                 grow(&mut record.ends, record.kept, 16, MAX_FIELDS_KEPT);
                 let out = self.core.read_record(
                     input,

@@ -1,0 +1,84 @@
+//! Per-owner limits (`config::LimitArgs`) that are not about files (those are checked where
+//! files are stored, `store::uploads`): jobs waiting or running, and live event streams.
+//! Over a limit, the answer is `429` with `Retry-After` and which limit it was.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::error::ApiError;
+use crate::{config::LimitArgs, store::jobs};
+
+/// Refuses a new job when `owner` has as many waiting or running as they may.
+pub async fn check_active_jobs(
+    pool: &PgPool,
+    limits: &LimitArgs,
+    owner: Uuid,
+) -> Result<(), ApiError> {
+    let active = jobs::active_count(pool, owner).await?;
+    if active >= limits.active_jobs {
+        return Err(ApiError::Limited {
+            message: format!(
+                "You have {active} jobs waiting or running, the most at once. Try again when \
+                 some have finished (or cancel some)."
+            ),
+            retry_after: 30,
+        });
+    }
+    Ok(())
+}
+
+/// The live event streams this process holds open, per owner.
+#[derive(Debug, Default)]
+pub struct Streams {
+    open: Mutex<HashMap<Uuid, usize>>,
+}
+
+/// One open stream, counted until it is dropped (the stream ended or its client left).
+#[derive(Debug)]
+pub struct StreamSlot {
+    streams: Arc<Streams>,
+    owner: Uuid,
+}
+
+impl Streams {
+    /// A place for one more of `owner`'s streams, if they hold fewer than `limit`.
+    pub fn open(self: &Arc<Self>, owner: Uuid, limit: usize) -> Result<StreamSlot, ApiError> {
+        let mut open = self.open.lock().expect("stream counts are never poisoned");
+        let count = open.entry(owner).or_default();
+        if *count >= limit {
+            return Err(ApiError::Limited {
+                message: format!(
+                    "You have {limit} live views open, the most at once. Close some tabs and \
+                     reload."
+                ),
+                retry_after: 10,
+            });
+        }
+        *count += 1;
+        Ok(StreamSlot {
+            streams: Arc::clone(self),
+            owner,
+        })
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .streams
+            .open
+            .lock()
+            .expect("stream counts are never poisoned");
+        if let Some(count) = open.get_mut(&self.owner) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.owner);
+            }
+        }
+    }
+}
