@@ -10,3 +10,22 @@ alter table uploads
 create index uploads_receiving on uploads (owner) where receiving;
 -- The owner's stored bytes and active jobs are counted at every upload and job creation.
 create index jobs_active_by_owner on jobs (owner) where status in ('waiting', 'running');
+
+-- Completion callbacks are tried until a 2xx or until a horizon after the job ended (no longer
+-- a fixed number of tries); each try is recorded, and shown with the job.
+alter table jobs add column callback_gave_up_at timestamptz;
+create table callback_attempts (
+    job_id uuid not null references jobs (id) on delete cascade,
+    attempt integer not null,
+    at timestamptz not null default now(),
+    -- The HTTP status answered, or null when none came (a refused address, a timeout…).
+    status integer,
+    error text,
+    primary key (job_id, attempt)
+);
+drop index jobs_callbacks_due;
+create index jobs_callbacks_due on jobs (callback_next_at)
+    where callback_url is not null and callback_delivered_at is null
+      and callback_gave_up_at is null;
+-- The last error is the last try's.
+alter table jobs drop column callback_error;

@@ -181,6 +181,47 @@ pub struct JobView {
     /// The owner's email; `None` for a guest.
     #[serde(default)]
     pub owner_email: Option<String>,
+    /// Where the job's final state is POSTed once it ends, and how that went.
+    #[serde(default)]
+    pub callback: Option<CallbackView>,
+}
+
+/// A job's completion callback.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallbackView {
+    pub url: String,
+    pub state: CallbackState,
+    /// When the next try is due, while it is being sent.
+    #[serde(default)]
+    pub next_at: Option<DateTime<Utc>>,
+    /// The latest tries, oldest first.
+    #[serde(default)]
+    pub tries: Vec<CallbackTry>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CallbackState {
+    /// The job has not ended yet.
+    Waiting,
+    /// Being tried until a 2xx answer.
+    Sending,
+    /// A 2xx answer came.
+    Delivered,
+    /// No 2xx answer came before the retry horizon passed.
+    GaveUp,
+}
+
+/// One try of a callback.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallbackTry {
+    pub attempt: i32,
+    pub at: DateTime<Utc>,
+    /// The HTTP status answered; `None` when no answer came.
+    pub status: Option<u16>,
+    pub error: Option<String>,
 }
 
 /// A chunk of a job that failed every attempt.
@@ -352,6 +393,7 @@ mod tests {
             parent_id: None,
             owner: Uuid::nil(),
             owner_email: None,
+            callback: None,
         }
     }
 

@@ -263,6 +263,53 @@ pub struct WorkerArgs {
     /// The program whose `convert` command turns workbooks into CSV (default: this one).
     #[arg(long, env = "CONVEYOR_CONVERTER")]
     pub converter: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub callbacks: CallbackArgs,
+}
+
+/// Completion callbacks (`jobs::callbacks`): where they may go, and for how long they are
+/// tried.
+#[derive(Args, Debug, Clone)]
+pub struct CallbackArgs {
+    /// Networks callbacks may reach although they are internal (loopback, private, link-local
+    /// …), comma-separated, like `10.1.0.0/16,127.0.0.1/32`. Empty: only public addresses.
+    #[arg(
+        long = "callback-allow",
+        env = "CONVEYOR_CALLBACK_ALLOW",
+        value_delimiter = ',',
+        num_args = 0..
+    )]
+    pub allow: Vec<ipnet::IpNet>,
+    /// Hours after a job ends during which its callback is tried again until it gets a 2xx.
+    #[arg(
+        long = "callback-horizon-hours",
+        env = "CONVEYOR_CALLBACK_HORIZON_HOURS",
+        default_value_t = 24.0
+    )]
+    pub horizon_hours: f64,
+    /// Callbacks this process sends at once.
+    #[arg(
+        long = "callback-concurrency",
+        env = "CONVEYOR_CALLBACK_CONCURRENCY",
+        default_value_t = 8
+    )]
+    pub concurrency: usize,
+}
+
+impl Default for CallbackArgs {
+    fn default() -> Self {
+        CallbackArgs {
+            allow: Vec::new(),
+            horizon_hours: 24.0,
+            concurrency: 8,
+        }
+    }
+}
+
+impl CallbackArgs {
+    pub fn horizon(&self) -> Duration {
+        Duration::from_secs_f64(self.horizon_hours.clamp(0.0, 24.0 * 365.0) * 3600.0)
+    }
 }
 
 impl Default for WorkerArgs {
@@ -276,6 +323,7 @@ impl Default for WorkerArgs {
             retain_items_days: 7.0,
             retain_jobs_days: 90.0,
             converter: None,
+            callbacks: CallbackArgs::default(),
         }
     }
 }

@@ -50,6 +50,9 @@ pub async fn serve(
         auth: std::sync::Arc::new(args.auth.clone()),
         limits: std::sync::Arc::new(args.limits.clone()),
         streams: Default::default(),
+        callbacks: std::sync::Arc::new(jobs::callbacks::address::Policy::new(
+            args.worker.callbacks.allow.clone(),
+        )),
         shutdown: shutdown.clone(),
     };
     let workers = if args.no_workers {

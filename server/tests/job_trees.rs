@@ -122,8 +122,14 @@ async fn a_sealed_batch_completes_with_its_children_and_calls_back_once() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let client = reqwest::Client::new();
-    assert_eq!(callbacks::deliver_due(&db.pool, &client).await.unwrap(), 0);
+    let args = worker_args(100).callbacks;
+    let client = callbacks::client(callbacks::address::Policy::new(args.allow.clone()));
+    assert_eq!(
+        callbacks::deliver_due(&db.pool, &client, &args)
+            .await
+            .unwrap(),
+        0
+    );
     assert!(
         calls.try_recv().is_err(),
         "delivered callbacks are never sent again"

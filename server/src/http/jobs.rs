@@ -16,6 +16,7 @@ use super::{AppState, error::ApiError, identity::Caller, quotas};
 use crate::{
     auth::Sees,
     jobs::{
+        callbacks::address::Policy,
         control,
         create::{self, CreateError},
     },
@@ -51,8 +52,9 @@ pub struct CreateJob {
     callback_url: Option<String>,
 }
 
-/// A callback URL we can call: absolute `http://` or `https://`, at most 2,000 characters.
-fn callback_url(raw: &str) -> Result<String, ApiError> {
+/// A callback URL we can call: absolute `http://` or `https://`, at most 2,000 characters,
+/// and not an internal address (a name is checked again, resolved, when the callback is sent).
+fn callback_url(raw: &str, policy: &Policy) -> Result<String, ApiError> {
     let url = reqwest::Url::parse(raw.trim())
         .ok()
         .filter(|url| {
@@ -61,6 +63,11 @@ fn callback_url(raw: &str) -> Result<String, ApiError> {
         .ok_or_else(|| {
             ApiError::Invalid("\"callbackUrl\" must be an absolute http(s):// URL.".into())
         })?;
+    if let Some(Err(refused)) = url.host().map(|host| policy.check_host(host)) {
+        return Err(ApiError::Invalid(format!(
+            "\"callbackUrl\" cannot be used: {refused}."
+        )));
+    }
     Ok(url.to_string())
 }
 
@@ -141,7 +148,11 @@ impl CreateJob {
         Ok(Some(sheet))
     }
 
-    fn options(&self, idempotency_key: Option<&str>) -> Result<Options, ApiError> {
+    fn options(
+        &self,
+        idempotency_key: Option<&str>,
+        callbacks: &Policy,
+    ) -> Result<Options, ApiError> {
         let key = |name: &str, value: Option<&str>| -> Result<Option<String>, ApiError> {
             match value.map(str::trim) {
                 None => Ok(None),
@@ -159,7 +170,11 @@ impl CreateJob {
             )?,
             serialize_key: key("\"serializeKey\"", self.serialize_key.as_deref())?,
             parent_id: self.parent_id,
-            callback_url: self.callback_url.as_deref().map(callback_url).transpose()?,
+            callback_url: self
+                .callback_url
+                .as_deref()
+                .map(|url| callback_url(url, callbacks))
+                .transpose()?,
             ..Options::default()
         };
         if matches!(options.max_failures_per_item, Some(n) if !(1..=100).contains(&n)) {
@@ -212,7 +227,7 @@ pub async fn create(
             })
         })
         .transpose()?;
-    let options = request.options(idempotency_key)?;
+    let options = request.options(idempotency_key, &state.callbacks)?;
     let what = request.what()?;
     if caller.me().is_none() {
         // A visitor owns no upload, dataset or batch: whatever the request names does not

@@ -57,6 +57,8 @@ pub struct AppState {
     pub limits: Arc<LimitArgs>,
     /// The live event streams open, per owner.
     pub streams: Arc<quotas::Streams>,
+    /// Where completion callbacks may go (checked when a job names one).
+    pub callbacks: Arc<crate::jobs::callbacks::address::Policy>,
     /// Fires on shutdown; open event streams end with it.
     pub shutdown: CancellationToken,
 }

@@ -3,7 +3,7 @@
 //! expired and queues a message for every item that is due and has none. So a killed
 //! worker's chunk runs again about one lease later, a lost or spent message is replaced, a
 //! retry's backoff ends in a run, and nothing depends on apalis's own recovery. It also ends
-//! sealed batches whose children have ended, and sends due completion callbacks. Every
+//! sealed batches whose children have ended. Every
 //! `PRUNE_EVERY` it also applies retention ([`crate::store::retention`]), under its own lock.
 
 use std::time::Duration;
@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    TaskError, callbacks,
+    TaskError,
     queue::{self, Priority},
 };
 use crate::store::{
@@ -50,7 +50,6 @@ pub async fn run(
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut next_prune = tokio::time::Instant::now();
-    let client = reqwest::Client::new();
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
@@ -58,10 +57,6 @@ pub async fn run(
         }
         if let Err(err) = round(&pool, lease).await {
             tracing::warn!("reaper round failed (the next one retries): {err}");
-        }
-        // Any process may send: each callback is claimed first.
-        if let Err(err) = callbacks::deliver_due(&pool, &client).await {
-            tracing::warn!("sending callbacks failed (the next round retries): {err}");
         }
         if tokio::time::Instant::now() >= next_prune {
             next_prune += PRUNE_EVERY;

@@ -1,5 +1,6 @@
 //! Running workers: apalis fetches task messages from PostgreSQL and hands them to
-//! [`handle`]; [`Runner`] runs each under a lease; [`super::reaper`] replaces what is lost.
+//! [`handle`]; [`Runner`] runs each under a lease; [`super::reaper`] replaces what is lost;
+//! [`super::callbacks`] sends completion callbacks from a loop of its own.
 //!
 //! A message only says "this item may be due". The run takes the item's lease (counting an
 //! attempt; nothing to do if the item is leased, done or not yet due), renews it every
@@ -28,7 +29,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use uuid::Uuid;
 
 use super::{
-    Engine, Run, TaskError, chunk, export, plan,
+    Engine, Run, TaskError, callbacks, chunk, export, plan,
     queue::{QUEUE, TaskMsg},
     reaper,
 };
@@ -73,6 +74,11 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
         args.heartbeat(),
         args.lease(),
         reaper::Retention { items, jobs },
+        shutdown.clone(),
+    ));
+    workers.spawn(callbacks::run(
+        engine.pool.clone(),
+        args.callbacks.clone(),
         shutdown.clone(),
     ));
     tracing::info!(workers = args.concurrency, %process, "workers running");

@@ -1,61 +1,102 @@
 //! Completion callbacks' SQL: claiming ended jobs whose final state is still to be POSTed,
-//! and recording how each try went (see `jobs::callbacks`).
+//! and recording each try (see `jobs::callbacks`).
 
 use std::time::Duration;
 
 use sqlx::PgPool;
 use uuid::Uuid;
 
-/// Tries per callback before giving up.
-pub const MAX_TRIES: i32 = 10;
+use super::notify;
+
+/// A callback claimed for one try.
+#[derive(Debug, sqlx::FromRow)]
+pub struct Due {
+    pub job_id: Uuid,
+    pub url: String,
+    pub attempt: i32,
+}
 
 /// Claims up to `limit` ended jobs whose callback is due, for `hold` (no other process sends
-/// them meanwhile), counting a try; returns each with its URL and the try's number.
-pub async fn claim_due(
-    pool: &PgPool,
-    limit: i64,
-    hold: Duration,
-) -> sqlx::Result<Vec<(Uuid, String, i32)>> {
+/// them meanwhile), counting a try.
+pub async fn claim_due(pool: &PgPool, limit: i64, hold: Duration) -> sqlx::Result<Vec<Due>> {
     sqlx::query_as(
         "update jobs set callback_next_at = now() + make_interval(secs => $2),
              callback_attempts = callback_attempts + 1
          where id in (select id from jobs
                       where callback_url is not null and callback_delivered_at is null
-                        and finished_at is not null and callback_attempts < $3
+                        and callback_gave_up_at is null and finished_at is not null
                         and coalesce(callback_next_at, '-infinity') <= now()
-                      order by finished_at limit $1
+                      order by callback_next_at nulls first limit $1
                       for update skip locked)
-         returning id, callback_url, callback_attempts",
+         returning id as job_id, callback_url as url, callback_attempts as attempt",
     )
     .bind(limit)
     .bind(hold.as_secs_f64())
-    .bind(MAX_TRIES)
     .fetch_all(pool)
     .await
 }
 
-/// A 2xx answer: never sent again.
-pub async fn delivered(pool: &PgPool, id: Uuid) -> sqlx::Result<()> {
-    sqlx::query(
-        "update jobs set callback_delivered_at = now(), callback_error = null where id = $1",
-    )
-    .bind(id)
-    .execute(pool)
-    .await?;
-    Ok(())
+/// How a try went.
+#[derive(Debug)]
+pub enum Outcome<'a> {
+    /// A 2xx answer: never sent again.
+    Delivered { status: u16 },
+    /// Tried again after `backoff`, unless that is past `horizon` after the job ended.
+    Failed {
+        status: Option<u16>,
+        error: &'a str,
+        backoff: Duration,
+        horizon: Duration,
+    },
 }
 
-/// A failed try: the next one after `backoff` (none after the last try).
-pub async fn failed(pool: &PgPool, id: Uuid, error: &str, backoff: Duration) -> sqlx::Result<()> {
+/// Records a try and what comes next; the job's view (which shows its callback) changes, so
+/// its version does too, and its watchers are told.
+pub async fn record(pool: &PgPool, due: &Due, outcome: Outcome<'_>) -> sqlx::Result<()> {
+    let mut tx = pool.begin().await?;
+    let (status, error) = match &outcome {
+        Outcome::Delivered { status } => (Some(*status), None),
+        Outcome::Failed { status, error, .. } => (*status, Some(*error)),
+    };
     sqlx::query(
-        "update jobs set callback_error = $2,
-             callback_next_at = now() + make_interval(secs => $3)
-         where id = $1",
+        "insert into callback_attempts (job_id, attempt, status, error) values ($1, $2, $3, $4)
+         on conflict do nothing",
     )
-    .bind(id)
+    .bind(due.job_id)
+    .bind(due.attempt)
+    .bind(status.map(i32::from))
     .bind(error)
-    .bind(backoff.as_secs_f64())
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
-    Ok(())
+    let version: i64 = match outcome {
+        Outcome::Delivered { .. } => {
+            sqlx::query_scalar(
+                "update jobs set callback_delivered_at = now(), version = version + 1
+                 where id = $1 returning version",
+            )
+            .bind(due.job_id)
+            .fetch_one(&mut *tx)
+            .await?
+        }
+        Outcome::Failed {
+            backoff, horizon, ..
+        } => {
+            sqlx::query_scalar(
+                "update jobs set version = version + 1,
+                     callback_next_at = now() + make_interval(secs => $2),
+                     callback_gave_up_at = case
+                         when now() + make_interval(secs => $2)
+                              > finished_at + make_interval(secs => $3)
+                         then now() end
+                 where id = $1 returning version",
+            )
+            .bind(due.job_id)
+            .bind(backoff.as_secs_f64())
+            .bind(horizon.as_secs_f64())
+            .fetch_one(&mut *tx)
+            .await?
+        }
+    };
+    notify::job_changed(&mut tx, due.job_id, version).await?;
+    tx.commit().await
 }

@@ -1,6 +1,6 @@
 //! Jobs: creation, reads for the API and pages, and every status transition.
 
-use app::model::{FailedPart, JobKind, JobStatus, JobView};
+use app::model::{CallbackView, FailedPart, JobKind, JobStatus, JobView};
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, types::Json};
 use uuid::Uuid;
@@ -23,7 +23,20 @@ macro_rules! select_view {
                         'attempts', c.attempts, 'error', c.last_error) order by c.chunk_no), '[]')
             from (select * from job_chunks where job_id = j.id and state = 'failed'
                   order by chunk_no limit 100) c) as failed_parts,
-           j.parent_id, j.owner, o.email as owner_email
+           j.parent_id, j.owner, o.email as owner_email,
+           case when j.callback_url is not null then json_build_object(
+               'url', j.callback_url,
+               'state', case when j.callback_delivered_at is not null then 'delivered'
+                             when j.callback_gave_up_at is not null then 'gaveUp'
+                             when j.finished_at is null then 'waiting'
+                             else 'sending' end,
+               'nextAt', case when j.callback_delivered_at is null
+                                   and j.callback_gave_up_at is null then j.callback_next_at end,
+               'tries', (select coalesce(json_agg(json_build_object('attempt', a.attempt,
+                                'at', a.at, 'status', a.status, 'error', a.error)
+                                order by a.attempt), '[]')
+                         from (select * from callback_attempts where job_id = j.id
+                               order by attempt desc limit 20) a)) end as callback
     from jobs j
     join users o on o.id = j.owner
     left join uploads u on u.id = j.upload_id
@@ -59,6 +72,7 @@ struct ViewRow {
     parent_id: Option<Uuid>,
     owner: Uuid,
     owner_email: Option<String>,
+    callback: Option<Json<CallbackView>>,
 }
 
 impl From<ViewRow> for JobView {
@@ -97,6 +111,7 @@ impl From<ViewRow> for JobView {
             parent_id: row.parent_id,
             owner: row.owner,
             owner_email: row.owner_email,
+            callback: row.callback.map(|callback| callback.0),
         }
     }
 }

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use reqwest::{Client, StatusCode, multipart};
 use serde_json::{Value, json};
 use server::{
-    config::{ServeArgs, WorkerArgs},
+    config::{CallbackArgs, ServeArgs, WorkerArgs},
     jobs::Run,
     store::leases::{self, Item, Lease},
 };
@@ -182,6 +182,11 @@ pub fn worker_args(chunk_rows: usize) -> WorkerArgs {
         retain_jobs_days: 90.0,
         // The test binary is not the server: workbooks are converted by the real one.
         converter: Some(env!("CARGO_BIN_EXE_server").into()),
+        // Tests' callback receivers listen on loopback.
+        callbacks: CallbackArgs {
+            allow: vec!["127.0.0.1/32".parse().unwrap()],
+            ..CallbackArgs::default()
+        },
     }
 }
 
