@@ -10,6 +10,7 @@
 mod account;
 mod datasets;
 mod defences;
+mod disposition;
 pub mod error;
 mod events;
 pub mod identity;

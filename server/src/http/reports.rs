@@ -6,14 +6,17 @@ use axum::{
     Json,
     body::Body,
     extract::{Path, Query, State, rejection::PathRejection},
-    http::header::{CONTENT_DISPOSITION, CONTENT_TYPE},
+    http::{
+        HeaderValue,
+        header::{CONTENT_DISPOSITION, CONTENT_TYPE},
+    },
     response::{IntoResponse, Response},
 };
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{AppState, error::ApiError, identity::Caller, jobs::visible_job};
+use super::{AppState, disposition, error::ApiError, identity::Caller, jobs::visible_job};
 use app::model::JobView;
 
 use crate::{
@@ -142,17 +145,14 @@ async fn report_csv(
 fn attachment(
     filename: &str,
     extension: &str,
-    content_type: &str,
+    content_type: &'static str,
     body: impl Stream<Item = std::io::Result<Vec<u8>>> + Send + 'static,
 ) -> Response {
     let stem = filename.rsplit_once('.').map_or(filename, |(stem, _)| stem);
-    let disposition = format!(
-        "attachment; filename=\"{}-errors.{extension}\"",
-        stem.replace(['"', '\\'], "_")
-    );
+    let disposition = disposition::attachment(&format!("{stem}-errors.{extension}"));
     (
         [
-            (CONTENT_TYPE, content_type.to_owned()),
+            (CONTENT_TYPE, HeaderValue::from_static(content_type)),
             (CONTENT_DISPOSITION, disposition),
         ],
         Body::from_stream(body),

@@ -4,14 +4,17 @@
 use axum::{
     body::Body,
     extract::{Path, State, rejection::PathRejection},
-    http::header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE},
+    http::{
+        HeaderValue,
+        header::{CONTENT_DISPOSITION, CONTENT_LENGTH, CONTENT_TYPE},
+    },
     response::{IntoResponse, Response},
 };
 use futures::TryStreamExt;
 use uuid::Uuid;
 
 use super::{
-    AppState,
+    AppState, disposition,
     error::ApiError,
     identity::Caller,
     jobs::{job_id, no_such_job},
@@ -44,13 +47,13 @@ pub async fn download(
     } else {
         CSV_TYPE
     };
-    let disposition = format!("attachment; filename=\"{dataset}.{format}\"");
+    let disposition = disposition::attachment(&format!("{dataset}.{format}"));
     let body = uploads::stream(state.pool.clone(), upload_id).map_err(std::io::Error::other);
     Ok((
         [
-            (CONTENT_TYPE, content_type.to_owned()),
+            (CONTENT_TYPE, HeaderValue::from_static(content_type)),
             (CONTENT_DISPOSITION, disposition),
-            (CONTENT_LENGTH, upload.size.to_string()),
+            (CONTENT_LENGTH, HeaderValue::from(upload.size)),
         ],
         Body::from_stream(body),
     )

@@ -14,11 +14,14 @@ pub const MAX_UNPACKED_BYTES: u64 = 1 << 30;
 /// that is read whole into memory (shared strings, styles, ODS content).
 pub const MAX_PART_BYTES: u64 = 512 << 20;
 
+/// The most entries a workbook may have: a spreadsheet has a few per sheet (and its pictures).
+pub const MAX_ENTRIES: usize = 10_000;
+
 /// The workbook unpacks to more than a spreadsheet holds.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error(
-    "The workbook unpacks to far more data than a spreadsheet holds (a zip bomb?), so it was \
-     not opened."
+    "The workbook unpacks to far more data, or holds far more parts, than a spreadsheet does \
+     (a zip bomb?), so it was not opened."
 )]
 pub struct Bomb;
 
@@ -35,6 +38,9 @@ pub struct Budget(u64);
 impl Budget {
     /// Refuses a zip whose entries declare more than the limits allow.
     pub fn for_zip<R: Read + Seek>(zip: &mut ZipArchive<R>) -> Result<Budget, ZipOrBomb> {
+        if zip.len() > MAX_ENTRIES {
+            return Err(ZipOrBomb::Bomb(Bomb));
+        }
         let mut total = 0u64;
         for i in 0..zip.len() {
             let size = zip.by_index_raw(i)?.size();

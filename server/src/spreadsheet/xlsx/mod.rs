@@ -185,9 +185,13 @@ impl Workbook {
                 b"sheetData" => in_data = !tag.empty,
                 b"row" if in_data => {
                     row = match tag.attr(b"r") {
-                        Some(r) => number(r)?
-                            .checked_sub(1)
-                            .ok_or_else(|| damaged("a row is numbered 0"))?,
+                        Some(r) => match number(r)? {
+                            0 => return Err(damaged("a row is numbered 0").into()),
+                            r if r > LAST_ROW => {
+                                return Err(damaged("a row lies past the last a sheet can have").into());
+                            }
+                            r => r - 1,
+                        },
                         None => next_row,
                     };
                     next_row = row.saturating_add(1);
@@ -398,8 +402,15 @@ fn cell_ref(reference: &[u8]) -> Result<(u32, u32), ReadError> {
         return Err(bad());
     }
     let row = number(&reference[letters..]).map_err(|_| bad())?;
+    if col > LAST_COLUMN || row > LAST_ROW {
+        return Err(damaged("a cell lies past the last row or column a sheet can have"));
+    }
     Ok((row.checked_sub(1).ok_or_else(bad)?, col - 1))
 }
+
+/// A sheet's last row and column (XFD), 1-based.
+const LAST_ROW: u32 = 1 << 20;
+const LAST_COLUMN: u32 = 1 << 14;
 
 #[cfg(test)]
 mod tests {
