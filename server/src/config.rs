@@ -289,6 +289,7 @@ pub struct CallbackArgs {
     pub horizon_hours: f64,
     /// Callbacks this process sends at once.
     #[arg(
+        id = "callback_concurrency",
         long = "callback-concurrency",
         env = "CONVEYOR_CALLBACK_CONCURRENCY",
         default_value_t = 8
@@ -355,5 +356,19 @@ impl ServeArgs {
         use clap::FromArgMatches;
         let command = Self::augment_args(clap::Command::new("serve"));
         Self::from_arg_matches(&command.try_get_matches_from(["serve"])?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every setting has its own name, and every command parses (clap checks this only when a
+    /// command is first used).
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
     }
 }

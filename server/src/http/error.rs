@@ -115,8 +115,8 @@ impl From<UploadError> for ApiError {
             }
             UploadError::TooManyAtOnce { limit } => Self::Limited {
                 message: format!(
-                    "You are already sending {limit} files, the most at once. Try again when \
-                     one has finished."
+                    "You are already sending as many files as you may at once ({limit}). Try \
+                     again when one has finished."
                 ),
                 retry_after: 10,
             },

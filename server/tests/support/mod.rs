@@ -517,6 +517,11 @@ impl WorkerProcess {
         Self(child, log)
     }
 
+    /// The most memory the worker has held so far (its peak resident set), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        peak_rss_of(&format!("/proc/{}/status", self.0.id()))
+    }
+
     /// What the worker has logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.1).unwrap_or_default()
@@ -548,6 +553,17 @@ impl Drop for WorkerProcess {
         }
         let _ = std::fs::remove_file(&self.1);
     }
+}
+
+/// The peak resident set (`VmHWM`) in a `/proc/…/status` file, in bytes.
+pub fn peak_rss_of(status: &str) -> u64 {
+    let status = std::fs::read_to_string(status).expect("read the process's status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in the status");
+    kb * 1024
 }
 
 /// A multipart form holding one file, as `POST /api/uploads` takes it.

@@ -188,7 +188,9 @@ impl Workbook {
                         Some(r) => match number(r)? {
                             0 => return Err(damaged("a row is numbered 0").into()),
                             r if r > LAST_ROW => {
-                                return Err(damaged("a row lies past the last a sheet can have").into());
+                                return Err(
+                                    damaged("a row lies past the last a sheet can have").into()
+                                );
                             }
                             r => r - 1,
                         },
@@ -403,7 +405,9 @@ fn cell_ref(reference: &[u8]) -> Result<(u32, u32), ReadError> {
     }
     let row = number(&reference[letters..]).map_err(|_| bad())?;
     if col > LAST_COLUMN || row > LAST_ROW {
-        return Err(damaged("a cell lies past the last row or column a sheet can have"));
+        return Err(damaged(
+            "a cell lies past the last row or column a sheet can have",
+        ));
     }
     Ok((row.checked_sub(1).ok_or_else(bad)?, col - 1))
 }
