@@ -154,10 +154,11 @@ async fn huge_fields_headers_and_rows_cost_no_more_than_the_caps() {
         "the worker held {} MiB at its peak",
         peak >> 20
     );
-    // This process served the uploads (1.2 GiB) as well as sending them.
+    // This process served the uploads (1.2 GiB) as well as sending them, and runs the other
+    // test of this file, with its own server and files, at the same time.
     let own = peak_rss_of("/proc/self/status");
     println!(
-        "test process (server and client) peak RSS: {} MiB",
+        "test process (servers and clients) peak RSS: {} MiB",
         own >> 20
     );
     assert!(own < 512 << 20, "the server held {} MiB", own >> 20);

@@ -1,0 +1,524 @@
+//! Hostile requests: callbacks aimed inside the network or at black holes, uploads that
+//! trickle or stall, clients that take more than their share, and parameters out of range. Each
+//! gets a clear answer, and nobody else waits for it.
+
+mod support;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use app::model::{CallbackState, JobStatus, JobView};
+use axum::{
+    Router,
+    http::{HeaderMap, StatusCode, header::LOCATION},
+    routing::post,
+};
+use bytes::Bytes;
+use futures::StreamExt;
+use reqwest::{Client, multipart};
+use serde_json::{Value, json};
+use server::config::{CallbackArgs, LimitArgs, ServeArgs};
+use support::*;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// A receiver answering every POST with `answer` (and `Location: location`), counting them.
+async fn receiver(
+    address: &str,
+    answer: StatusCode,
+    location: Option<String>,
+) -> (u16, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&hits);
+    let app = Router::new().route(
+        "/{*path}",
+        post(move || {
+            let counted = Arc::clone(&counted);
+            let location = location.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let mut headers = HeaderMap::new();
+                if let Some(location) = location {
+                    headers.insert(LOCATION, location.parse().unwrap());
+                }
+                (answer, headers)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(address).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (port, hits)
+}
+
+/// A batch with this callback, sealed at once (so it completes and calls back).
+async fn sealed_batch(server: &TestServer, callback_url: &str) -> Uuid {
+    let created = server
+        .post_json(
+            "/api/jobs",
+            json!({ "jobType": "batch", "callbackUrl": callback_url }),
+        )
+        .await;
+    assert_eq!(created.status(), StatusCode::ACCEPTED, "{callback_url}");
+    let batch: JobView = created.json().await.unwrap();
+    let sealed = server
+        .post_json(&format!("/api/jobs/{}/seal", batch.id), json!({}))
+        .await;
+    assert_eq!(sealed.status(), StatusCode::OK);
+    batch.id
+}
+
+/// Follows a job until its callback has been tried (`tries` of them).
+async fn tried(server: &TestServer, id: Uuid, tries: usize) -> JobView {
+    let mut events = server.events(id, None).await;
+    let seen = events
+        .until(|job| {
+            job.callback
+                .as_ref()
+                .is_some_and(|c| c.tries.len() >= tries)
+        })
+        .await;
+    seen.last().unwrap().job.clone()
+}
+
+#[tokio::test]
+async fn callbacks_reach_public_addresses_only_and_black_holes_delay_nothing() {
+    let db = TestDb::new().await;
+    let mut workers = worker_args(100);
+    workers.callbacks = CallbackArgs::default();
+    let server = TestServer::start(&db, Some(workers)).await;
+
+    // Addresses are refused when the job is created, however they are written.
+    for url in [
+        "http://127.0.0.1:9/",
+        "http://[::1]:9/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://2130706433:9/",
+        "http://localhost:9/",
+        "http://10.0.0.1/",
+        "http://192.168.0.1/",
+        "http://100.64.0.1/",
+        "http://[fd00::1]/",
+        "http://[fe80::1]/",
+        "http://224.0.0.1/",
+        "http://0.0.0.0:9/",
+        "http://[::ffff:127.0.0.1]:9/",
+    ] {
+        let created = server
+            .post_json(
+                "/api/jobs",
+                json!({ "jobType": "batch", "callbackUrl": url }),
+            )
+            .await;
+        assert_eq!(created.status(), StatusCode::UNPROCESSABLE_ENTITY, "{url}");
+        let body: Value = created.json().await.unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("which callbacks may not reach"),
+            "{message}"
+        );
+    }
+
+    // A name is checked once resolved: this machine's own name leads inside.
+    let (port, hits) = receiver("0.0.0.0:0", StatusCode::OK, None).await;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let batch = sealed_batch(&server, &format!("http://{}:{port}/hook", host.trim())).await;
+    let job = tried(&server, batch, 1).await;
+    let callback = job.callback.unwrap();
+    assert_eq!(callback.state, CallbackState::Sending);
+    let try_ = &callback.tries[0];
+    assert_eq!(try_.status, None);
+    assert!(
+        try_.error
+            .as_deref()
+            .unwrap()
+            .ends_with("which callbacks may not reach"),
+        "{try_:?}"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing inside was called");
+    server.stop().await;
+
+    // A deployment may allow its own network (the tests' loopback): redirects are still not
+    // followed, to loopback or anywhere.
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    let (inner, inner_hits) = receiver("127.0.0.2:0", StatusCode::OK, None).await;
+    let target = format!("http://127.0.0.2:{inner}/stolen");
+    let (port, _) = receiver("127.0.0.1:0", StatusCode::TEMPORARY_REDIRECT, Some(target)).await;
+    let batch = sealed_batch(&server, &format!("http://127.0.0.1:{port}/hook")).await;
+    let job = tried(&server, batch, 1).await;
+    let try_ = &job.callback.unwrap().tries[0];
+    assert_eq!(
+        (try_.status, try_.error.as_deref()),
+        (Some(307), Some("answered 307 Temporary Redirect"))
+    );
+    assert_eq!(
+        inner_hits.load(Ordering::SeqCst),
+        0,
+        "the redirect was not followed"
+    );
+
+    // Twenty callbacks into a black hole (connections accepted, never answered) hold the
+    // callback loop's eight places, and nothing else.
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hole_url = format!("http://{}/hook", hole.local_addr().unwrap());
+    let held = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&held);
+    tokio::spawn(async move {
+        let mut sockets = Vec::new();
+        while let Ok((socket, _)) = hole.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            sockets.push(socket);
+        }
+    });
+    let mut holed = Vec::new();
+    for _ in 0..20 {
+        holed.push(sealed_batch(&server, &hole_url).await);
+    }
+    until(
+        "the black hole holds the callback loop's places",
+        || async { held.load(Ordering::SeqCst) >= 8 },
+    )
+    .await;
+    // The reaper still settles batches, and imports still run, at once.
+    let started = Instant::now();
+    let batch = sealed_batch(
+        &server,
+        "https://example.com/not-called-before-it-completes",
+    )
+    .await;
+    let settled = server.finished(batch).await;
+    let reaper_round = started.elapsed();
+    assert_eq!(settled.status, JobStatus::Completed);
+    let import = server.import("during.csv", csv(500), "during").await;
+    assert_eq!(
+        server.finished(import.id).await.status,
+        JobStatus::Completed
+    );
+    println!("a batch settled in {reaper_round:?} with 20 callbacks in a black hole");
+    assert!(
+        reaper_round < callbacks_timeout(),
+        "the reaper waited on callbacks: {reaper_round:?}"
+    );
+    assert_eq!(
+        held.load(Ordering::SeqCst),
+        8,
+        "at most eight callbacks at once"
+    );
+    // Each black-holed try ends at the timeout, recorded, and is tried again later.
+    let job = tried(&server, holed[0], 1).await;
+    let callback = job.callback.unwrap();
+    assert_eq!(
+        callback.tries[0].error.as_deref(),
+        Some("no answer within 10 seconds")
+    );
+    assert!(callback.next_at.is_some());
+    server.stop().await;
+}
+
+fn callbacks_timeout() -> Duration {
+    server::jobs::callbacks::TIMEOUT
+}
+
+/// An upload whose body sends `head`, then a line every 200 ms until `stop` (then it ends, and
+/// the upload completes); its answer.
+fn trickle(
+    client: Client,
+    url: String,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<reqwest::Response> {
+    let lines = futures::stream::once(async { Bytes::from_static(b"id\n") }).chain(
+        futures::stream::unfold(stop, |stop| async move {
+            tokio::select! {
+                () = stop.cancelled() => None,
+                () = tokio::time::sleep(Duration::from_millis(200)) => {
+                    Some((Bytes::from_static(b"1\n"), stop))
+                }
+            }
+        }),
+    );
+    let part = multipart::Part::stream(reqwest::Body::wrap_stream(
+        lines.map(Ok::<_, std::io::Error>),
+    ))
+    .file_name("slow.csv");
+    tokio::spawn(async move {
+        client
+            .post(url)
+            .multipart(multipart::Form::new().part("file", part))
+            .send()
+            .await
+            .unwrap()
+    })
+}
+
+async fn receiving(db: &TestDb) -> i64 {
+    sqlx::query_scalar("select count(*) from uploads where receiving")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn trickling_uploads_hold_no_connection_and_stalled_ones_are_cut_off() {
+    let db = TestDb::new().await;
+    let args = ServeArgs {
+        no_workers: true,
+        max_upload_bytes: 64 << 20,
+        limits: LimitArgs {
+            uploads_at_once: 100,
+            body_timeout_secs: 1.0,
+            ..LimitArgs::default()
+        },
+        ..ServeArgs::default()
+    };
+    let server = TestServer::start_with_args(&db, args).await;
+    // One more trickling upload than the server's pool has connections.
+    let many = db.pool.options().get_max_connections() as usize + 1;
+    let stop = CancellationToken::new();
+    let trickles: Vec<_> = (0..many)
+        .map(|_| {
+            trickle(
+                server.client.clone(),
+                server.url("/api/uploads"),
+                stop.clone(),
+            )
+        })
+        .collect();
+    until("every trickling upload has begun", || async {
+        receiving(&db).await == many as i64
+    })
+    .await;
+
+    // Requests are answered at once meanwhile, and an import runs with its leases held.
+    let job = server.import("steady.csv", csv(2000), "steady").await;
+    let _worker = WorkerProcess::start(&db, 100);
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let started = Instant::now();
+        let response = server
+            .client
+            .get(server.url("/api/jobs"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        slowest = slowest.max(started.elapsed());
+    }
+    println!("slowest GET /api/jobs with {many} trickling uploads: {slowest:?}");
+    assert!(slowest < Duration::from_secs(1), "{slowest:?}");
+    let done = server.finished(job.id).await;
+    assert_eq!((done.status, done.rows_ok), (JobStatus::Completed, 2000));
+    let retried: i64 =
+        sqlx::query_scalar("select count(*) from job_chunks where job_id = $1 and attempts > 1")
+            .bind(job.id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(retried, 0, "no lease was lost");
+
+    // A body that stops sending is cut off, and nothing of it is kept.
+    let stalled =
+        futures::stream::once(async { Ok::<_, std::io::Error>(Bytes::from_static(b"id\n1\n")) })
+            .chain(futures::stream::pending());
+    let part =
+        multipart::Part::stream(reqwest::Body::wrap_stream(stalled)).file_name("stalled.csv");
+    let response = server
+        .client
+        .post(server.url("/api/uploads"))
+        .multipart(multipart::Form::new().part("file", part))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["error"]["message"],
+        "The upload was cut off before the end of the file."
+    );
+
+    // The trickles finish: stored whole.
+    stop.cancel();
+    for trickle in trickles {
+        assert_eq!(trickle.await.unwrap().status(), StatusCode::CREATED);
+    }
+    assert_eq!(receiving(&db).await, 0);
+    server.stop().await;
+}
+
+/// The 429, its `Retry-After` and its message.
+async fn limited(response: reqwest::Response) -> (u64, String) {
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry_after = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let body: Value = response.json().await.unwrap();
+    (
+        retry_after,
+        body["error"]["message"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn owners_over_their_limits_get_429_with_retry_after() {
+    let db = TestDb::new().await;
+    let args = ServeArgs {
+        no_workers: true,
+        max_upload_bytes: 64 << 20,
+        limits: LimitArgs {
+            uploads_at_once: 1,
+            stored_bytes: 100_000,
+            active_jobs: 2,
+            streams: 2,
+            ..LimitArgs::default()
+        },
+        ..ServeArgs::default()
+    };
+    let server = TestServer::start_with_args(&db, args).await;
+    let upload = |client: &Client, bytes: Vec<u8>| {
+        client
+            .post(server.url("/api/uploads"))
+            .multipart(file_form("data.csv", bytes))
+            .send()
+    };
+
+    // Files at once.
+    server.upload("first.csv", csv(1)).await;
+    let stop = CancellationToken::new();
+    let sending = trickle(
+        server.client.clone(),
+        server.url("/api/uploads"),
+        stop.clone(),
+    );
+    until("the slow upload has begun", || async {
+        receiving(&db).await == 1
+    })
+    .await;
+    let (retry_after, message) = limited(upload(&server.client, csv(1)).await.unwrap()).await;
+    assert_eq!(retry_after, 10);
+    assert_eq!(
+        message,
+        "You are already sending as many files as you may at once (1). Try again when one has \
+         finished."
+    );
+    stop.cancel();
+    assert_eq!(sending.await.unwrap().status(), StatusCode::CREATED);
+
+    // Bytes stored.
+    let file = vec![b'x'; 60_000];
+    assert_eq!(
+        upload(&server.client, file.clone()).await.unwrap().status(),
+        StatusCode::CREATED
+    );
+    let (retry_after, message) = limited(upload(&server.client, file.clone()).await.unwrap()).await;
+    assert_eq!(retry_after, 3600);
+    assert!(
+        message.starts_with("Your stored files would take more than 0.1 MB"),
+        "{message}"
+    );
+    // Limits are per owner: someone else still may.
+    let other = TestServer::new_client();
+    assert_eq!(
+        upload(&other, file).await.unwrap().status(),
+        StatusCode::CREATED
+    );
+
+    // Jobs waiting or running (open batches run until sealed).
+    for _ in 0..2 {
+        let batch = server
+            .post_json("/api/jobs", json!({ "jobType": "batch" }))
+            .await;
+        assert_eq!(batch.status(), StatusCode::ACCEPTED);
+    }
+    let third = server
+        .post_json("/api/jobs", json!({ "jobType": "batch" }))
+        .await;
+    let (retry_after, message) = limited(third).await;
+    assert_eq!(retry_after, 30);
+    assert!(
+        message.starts_with("You have 2 jobs waiting or running"),
+        "{message}"
+    );
+
+    // Live streams.
+    let open = || server.client.get(server.url("/api/jobs/events")).send();
+    let first = open().await.unwrap();
+    let second = open().await.unwrap();
+    assert_eq!(
+        (first.status(), second.status()),
+        (StatusCode::OK, StatusCode::OK)
+    );
+    let (retry_after, message) = limited(open().await.unwrap()).await;
+    assert_eq!(retry_after, 10);
+    assert!(
+        message.starts_with("You have 2 live views open"),
+        "{message}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn out_of_range_and_flag_like_parameters_get_422_and_secrets_stay_hidden() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    let upload = server
+        .upload("données.csv", b"id,n\n1,2\n2\n".to_vec())
+        .await;
+    for (field, value) in [
+        ("maxRowErrors", json!(18446744073709551615u64)),
+        ("maxRowErrors", json!(-1)),
+        ("maxRowErrors", json!("1e400%")),
+        ("maxFailuresPerItem", json!(1_000_000)),
+        ("sheet", json!("--help")),
+        ("sheet", json!("s".repeat(300))),
+        ("dedupeKey", json!("k".repeat(201))),
+        (
+            "callbackUrl",
+            json!(format!("https://example.com/{}", "p".repeat(2000))),
+        ),
+    ] {
+        let mut request = json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": "d" });
+        request[field] = value;
+        let response = server.post_json("/api/jobs", request).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{field}"
+        );
+    }
+
+    // A download named in any script keeps its name, and an ASCII one for old clients.
+    let job = server
+        .import("données.csv", b"id,n\n1,2\n2\n".to_vec(), "names")
+        .await;
+    server.finished(job.id).await;
+    let report = server
+        .client
+        .get(server.url(&format!("/api/jobs/{}/errors.csv", job.id)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        report.headers()["content-disposition"],
+        "attachment; filename=\"donn_es-errors.csv\"; filename*=UTF-8''donn%C3%A9es-errors.csv"
+    );
+    server.stop().await;
+
+    // `--help` names the settings, never their values.
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_server"))
+        .arg("--help")
+        .env(
+            "DATABASE_URL",
+            "postgres://app:hunter2@db.internal/conveyor",
+        )
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("DATABASE_URL"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}
