@@ -20,7 +20,8 @@ const ATTR_CHAR: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'|')
     .remove(b'~');
 
-/// `attachment; filename="Caf_.csv"; filename*=UTF-8''Caf%C3%A9.csv`.
+/// `attachment; filename="Caf_.csv"; filename*=UTF-8''Caf%C3%A9.csv` (only the first part
+/// for a name that is plain ASCII already).
 pub fn attachment(name: &str) -> HeaderValue {
     let ascii: String = name
         .chars()
@@ -32,10 +33,14 @@ pub fn attachment(name: &str) -> HeaderValue {
             }
         })
         .collect();
-    let value = format!(
-        "attachment; filename=\"{ascii}\"; filename*=UTF-8''{}",
-        utf8_percent_encode(name, ATTR_CHAR)
-    );
+    let value = if ascii == name {
+        format!("attachment; filename=\"{ascii}\"")
+    } else {
+        format!(
+            "attachment; filename=\"{ascii}\"; filename*=UTF-8''{}",
+            utf8_percent_encode(name, ATTR_CHAR)
+        )
+    };
     HeaderValue::from_str(&value).expect("only ASCII graphic characters and spaces remain")
 }
 
@@ -45,6 +50,10 @@ mod tests {
 
     #[test]
     fn names_of_any_script_survive_and_quotes_cannot_break_out() {
+        assert_eq!(
+            attachment("people-errors.csv"),
+            "attachment; filename=\"people-errors.csv\""
+        );
         assert_eq!(
             attachment("Café \"x\".csv"),
             "attachment; filename=\"Caf_ _x_.csv\"; filename*=UTF-8''Caf%C3%A9%20%22x%22.csv"
