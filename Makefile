@@ -49,7 +49,7 @@ test: tools
 	$(call e2e,release,--release)
 
 # Import/export speed against raw COPY on this machine; ROWS=… (default 1,000,000) and
-# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill runs one part.
+# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile runs one part.
 bench: tools
 	cargo leptos build --release
 	trap '"$(PG)" stop "$(BENCH_PG_DIR)"' EXIT

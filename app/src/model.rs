@@ -213,6 +213,56 @@ pub enum CallbackState {
     GaveUp,
 }
 
+impl CallbackView {
+    /// Whether more tries may come.
+    pub fn is_pending(&self) -> bool {
+        matches!(self.state, CallbackState::Waiting | CallbackState::Sending)
+    }
+
+    /// One sentence on how sending the job's final state to its callback goes.
+    pub fn summary(&self) -> String {
+        let url = &self.url;
+        // The tries shown are the latest: the last one's number is how many there were.
+        let attempts = self.tries.last().map_or(0, |last| last.attempt);
+        let tries = count_of(i64::from(attempts), "attempt");
+        match self.state {
+            CallbackState::Waiting => {
+                format!("When the job ends, its final state is sent to {url}.")
+            }
+            CallbackState::Sending => match self.next_at {
+                Some(at) => format!(
+                    "Sending the final state to {url}: not delivered yet ({tries}); next try at \
+                     {} UTC.",
+                    at.format("%H:%M:%S")
+                ),
+                None => format!("Sending the final state to {url}."),
+            },
+            CallbackState::Delivered => {
+                format!("The final state was delivered to {url} ({tries}).")
+            }
+            CallbackState::GaveUp => format!(
+                "The final state could not be delivered to {url} ({tries}); it is no longer tried."
+            ),
+        }
+    }
+}
+
+impl CallbackTry {
+    /// `Try 2 at 12:00:03: answered 503 Service Unavailable`.
+    pub fn line(&self) -> String {
+        let outcome = match (&self.error, self.status) {
+            (Some(error), _) => error.clone(),
+            (None, Some(status)) => format!("delivered (answered {status})"),
+            (None, None) => "delivered".to_owned(),
+        };
+        format!(
+            "Try {} at {}: {outcome}",
+            self.attempt,
+            self.at.format("%H:%M:%S")
+        )
+    }
+}
+
 /// One try of a callback.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -238,6 +288,11 @@ pub struct FailedPart {
 }
 
 impl JobView {
+    /// Whether the job may still change: it has not ended, or its callback is still tried.
+    pub fn may_change(&self) -> bool {
+        !self.status.is_finished() || self.callback.as_ref().is_some_and(CallbackView::is_pending)
+    }
+
     /// "Import of people.csv", "Export of people as XLSX".
     pub fn title(&self) -> String {
         match self.job_type {
@@ -479,5 +534,42 @@ mod tests {
             assert_eq!(JobStatus::parse(word).unwrap().as_str(), word);
         }
         assert_eq!(JobStatus::parse("done"), None);
+    }
+
+    #[test]
+    fn a_callback_says_where_it_goes_and_how_each_try_went() {
+        let at = "2026-11-22T12:00:03Z".parse().unwrap();
+        let try_ = |attempt, status, error: Option<&str>| CallbackTry {
+            attempt,
+            at,
+            status,
+            error: error.map(str::to_owned),
+        };
+        let mut callback = CallbackView {
+            url: "https://hooks.example.com/done".into(),
+            state: CallbackState::Sending,
+            next_at: Some(at),
+            tries: vec![try_(1, Some(503), Some("answered 503 Service Unavailable"))],
+        };
+        assert_eq!(
+            callback.summary(),
+            "Sending the final state to https://hooks.example.com/done: not delivered yet \
+             (1 attempt); next try at 12:00:03 UTC."
+        );
+        assert_eq!(
+            callback.tries[0].line(),
+            "Try 1 at 12:00:03: answered 503 Service Unavailable"
+        );
+        callback.tries.push(try_(2, Some(200), None));
+        callback.state = CallbackState::Delivered;
+        assert_eq!(
+            callback.summary(),
+            "The final state was delivered to https://hooks.example.com/done (2 attempts)."
+        );
+        assert_eq!(
+            callback.tries[1].line(),
+            "Try 2 at 12:00:03: delivered (answered 200)"
+        );
+        assert!(!callback.is_pending());
     }
 }

@@ -10,7 +10,8 @@ Prints, for generated files on this machine:
   - their ratio to COPY, and the server's peak RSS;
   - rows/s of exporting the dataset back to CSV;
   - the same for a smaller XLSX file (made by our own XLSX export) and its export;
-  - the time from `kill -9` of a worker mid-chunk to that chunk running again elsewhere.
+  - the time from `kill -9` of a worker mid-chunk to that chunk running again elsewhere;
+  - the server's peak RSS importing a 300 MB file that is one quoted field.
 `--rows 10000000` makes a ~1 GB CSV, to see that memory stays flat.
 Standard library only; the server is the release binary, the database the bench cluster.
 """
@@ -353,7 +354,33 @@ def kill_part(args, run):
           f"{rerun_s:.1f} s (goal: < 15 s); the job then completed with exact counts")
 
 
-PARTS = {"csv": csv_part, "xlsx": xlsx_part, "kill": kill_part}
+def hostile_part(args, run):
+    """A 300 MB file whose second row is one quoted field: memory must stay as flat as for any
+    other import (the row is refused at 8 MiB while it is read, never held whole)."""
+    path = os.path.abspath(os.path.join(args.dir, "bench-one-field.csv"))
+    if not os.path.exists(path):
+        with open(path, "wb") as out:
+            out.write(b'id,note\n1,ok\n2,"')
+            block = b"x" * (1 << 20)
+            for _ in range(300):
+                out.write(block)
+            out.write(b'"\n3,ok\n')
+    with Server(args) as server:
+        start = time.monotonic()
+        upload_id = server.upload(path)
+        job = server.post("/api/jobs", {"jobType": "import", "fileGuid": upload_id,
+                                        "dataset": f"bench_{run}_field"})
+        job = follow_until_finished("127.0.0.1", server.port, job["id"])
+        seconds = time.monotonic() - start
+        if (job["status"], job["rowsOk"], job["rowsFailed"]) != ("completed", 2, 1):
+            sys.exit(f"the single-field import did not end as it should: {job}")
+        rss = server.peak_rss_mb()
+    print(f"Hostile input: a {os.path.getsize(path) / 1e6:.0f} MB CSV whose second row is one quoted field")
+    print(f"  upload -> completed (2 rows imported, the huge one refused) in {seconds:.1f} s; "
+          f"server peak RSS {rss:,.0f} MB (goal: < 256 MB)")
+
+
+PARTS = {"csv": csv_part, "xlsx": xlsx_part, "kill": kill_part, "hostile": hostile_part}
 
 
 def main():

@@ -34,7 +34,7 @@ async fn upload_generated(
     let block = Bytes::from(vec![fill; MIB]);
     let blocks = (0..len / MIB)
         .map(move |_| block.clone())
-        .chain((len % MIB > 0).then(|| Bytes::from(vec![fill; len % MIB])));
+        .chain((!len.is_multiple_of(MIB)).then(|| Bytes::from(vec![fill; len % MIB])));
     let parts = stream::iter(
         std::iter::once(Bytes::copy_from_slice(head))
             .chain(blocks)

@@ -149,9 +149,16 @@ async fn callbacks_reach_public_addresses_only_and_black_holes_delay_nothing() {
     let (inner, inner_hits) = receiver("127.0.0.2:0", StatusCode::OK, None).await;
     let target = format!("http://127.0.0.2:{inner}/stolen");
     let (port, _) = receiver("127.0.0.1:0", StatusCode::TEMPORARY_REDIRECT, Some(target)).await;
-    let batch = sealed_batch(&server, &format!("http://127.0.0.1:{port}/hook")).await;
+    let batch = sealed_batch(
+        &server,
+        &format!("http://127.0.0.1:{port}/hook?token=s3cret"),
+    )
+    .await;
     let job = tried(&server, batch, 1).await;
-    let try_ = &job.callback.unwrap().tries[0];
+    let callback = job.callback.unwrap();
+    // Its viewers see where it goes, not its secret.
+    assert_eq!(callback.url, format!("http://127.0.0.1:{port}/hook"));
+    let try_ = &callback.tries[0];
     assert_eq!(
         (try_.status, try_.error.as_deref()),
         (Some(307), Some("answered 307 Temporary Redirect"))
@@ -388,7 +395,7 @@ async fn owners_over_their_limits_get_429_with_retry_after() {
     };
 
     // Files at once.
-    server.upload("first.csv", csv(1)).await;
+    let first = server.upload("first.csv", csv(1)).await;
     let stop = CancellationToken::new();
     let sending = trickle(
         server.client.clone(),
@@ -428,13 +435,21 @@ async fn owners_over_their_limits_get_429_with_retry_after() {
         StatusCode::CREATED
     );
 
-    // Jobs waiting or running (open batches run until sealed).
-    for _ in 0..2 {
-        let batch = server
-            .post_json("/api/jobs", json!({ "jobType": "batch" }))
-            .await;
-        assert_eq!(batch.status(), StatusCode::ACCEPTED);
-    }
+    // Jobs waiting or running (an open batch runs until sealed; without workers an import
+    // waits).
+    let batch = json!({ "jobType": "batch", "dedupeKey": "the batch" });
+    assert_eq!(
+        server.post_json("/api/jobs", batch.clone()).await.status(),
+        StatusCode::ACCEPTED
+    );
+    let import = server
+        .post_json(
+            "/api/jobs",
+            json!({ "jobType": "import", "fileGuid": first["id"], "dataset": "d" }),
+        )
+        .await;
+    assert_eq!(import.status(), StatusCode::ACCEPTED);
+    let import: JobView = import.json().await.unwrap();
     let third = server
         .post_json("/api/jobs", json!({ "jobType": "batch" }))
         .await;
@@ -444,6 +459,27 @@ async fn owners_over_their_limits_get_429_with_retry_after() {
         message.starts_with("You have 2 jobs waiting or running"),
         "{message}"
     );
+    // Asking again for a job already made is not a new job.
+    let replayed = server.post_json("/api/jobs", batch).await;
+    assert_eq!(replayed.status(), StatusCode::OK);
+    assert_eq!(replayed.headers()["idempotent-replayed"], "true");
+    // Nor can a retry make more live jobs than the limit.
+    let cancel = format!("/api/jobs/{}/cancel", import.id);
+    assert_eq!(
+        server.post_json(&cancel, json!({})).await.status(),
+        StatusCode::OK
+    );
+    let another = server
+        .post_json("/api/jobs", json!({ "jobType": "batch" }))
+        .await;
+    assert_eq!(another.status(), StatusCode::ACCEPTED);
+    let retry = format!("/api/jobs/{}/retry", import.id);
+    let (_, message) = limited(server.post_json(&retry, json!({})).await).await;
+    assert!(
+        message.starts_with("You have 2 jobs waiting or running"),
+        "{message}"
+    );
+    assert_eq!(server.job(import.id).await.status, JobStatus::Cancelled);
 
     // Live streams.
     let open = || server.client.get(server.url("/api/jobs/events")).send();
@@ -476,6 +512,7 @@ async fn out_of_range_and_flag_like_parameters_get_422_and_secrets_stay_hidden()
         ("maxFailuresPerItem", json!(1_000_000)),
         ("sheet", json!("--help")),
         ("sheet", json!("s".repeat(300))),
+        ("sheet", json!("a\u{0}b")),
         ("dedupeKey", json!("k".repeat(201))),
         (
             "callbackUrl",

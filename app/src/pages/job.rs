@@ -13,16 +13,38 @@ use crate::{
     session::use_session,
 };
 
-/// Follows the job's event stream until the job ends; a new one is mounted to follow again.
+/// Follows the job's event stream until the job ends and its callback, if any, is settled; a
+/// new one is mounted to follow again.
 #[component]
 fn Follow(id: Uuid, state: RwSignal<JobView>) -> impl IntoView {
     live::subscribe(format!("/api/jobs/{id}/events"), move |update: JobView| {
-        let finished = update.status.is_finished();
+        let more = update.may_change();
         if update.version > state.get_untracked().version {
             state.set(update);
         }
-        !finished
+        more
     });
+}
+
+/// Where the job's final state is sent, and each try's outcome (the latest first).
+#[component]
+fn Callback(state: RwSignal<JobView>) -> impl IntoView {
+    move || {
+        state.read().callback.clone().map(|callback| {
+            let tries = callback
+                .tries
+                .iter()
+                .rev()
+                .map(|try_| view! { <li>{try_.line()}</li> })
+                .collect_view();
+            view! {
+                <div class="callback muted" data-testid="job-callback">
+                    <p>{callback.summary()}</p>
+                    <ul>{tries}</ul>
+                </div>
+            }
+        })
+    }
 }
 
 /// The parts that failed every attempt, with their last error.
@@ -178,6 +200,7 @@ fn LiveJob(job: JobView) -> impl IntoView {
                     })
             }}
             <FailedParts state />
+            <Callback state />
             <p class="actions">
                 <JobControls id status=Signal::derive(status) owner on_changed batch=is_batch />
             </p>

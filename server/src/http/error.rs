@@ -143,6 +143,7 @@ impl From<CreateError> for ApiError {
                 Self::Invalid(format!("Cannot create the job: {err}."))
             }
             CreateError::Invalid(message) => Self::Invalid(message),
+            CreateError::TooManyActive { limit } => super::quotas::too_many_jobs(limit),
             CreateError::Database(err) => err.into(),
             CreateError::Queue(err) => Self::Internal(err.into()),
         }

@@ -139,10 +139,13 @@ impl CreateJob {
         else {
             return Ok(None);
         };
-        if sheet.chars().count() > MAX_SHEET_CHARS || sheet.starts_with("--") {
+        if sheet.chars().count() > MAX_SHEET_CHARS
+            || sheet.starts_with("--")
+            || sheet.chars().any(char::is_control)
+        {
             return Err(ApiError::Invalid(format!(
-                "\"sheet\" must be a sheet's name: at most {MAX_SHEET_CHARS} characters, not \
-                 starting with \"--\"."
+                "\"sheet\" must be a sheet's name: at most {MAX_SHEET_CHARS} characters, no \
+                 control characters, not starting with \"--\"."
             )));
         }
         Ok(Some(sheet))
@@ -227,7 +230,8 @@ pub async fn create(
             })
         })
         .transpose()?;
-    let options = request.options(idempotency_key, &state.callbacks)?;
+    let mut options = request.options(idempotency_key, &state.callbacks)?;
+    options.active_jobs_limit = Some(state.limits.active_jobs);
     let what = request.what()?;
     if caller.me().is_none() {
         // A visitor owns no upload, dataset or batch: whatever the request names does not
@@ -242,7 +246,6 @@ pub async fn create(
         }
     }
     let owner = caller.owner(&state).await?.id;
-    quotas::check_active_jobs(&state.pool, &state.limits, owner).await?;
     let created = match what {
         What::Import {
             upload,
@@ -307,7 +310,7 @@ pub async fn retry(
 ) -> Result<Json<JobView>, ApiError> {
     let id = job_id(id)?;
     let acts = caller.acts()?;
-    let outcome = control::retry(&state.pool, id, acts).await?;
+    let outcome = control::retry(&state.pool, id, acts, Some(state.limits.active_jobs)).await?;
     answer(
         &state,
         id,
@@ -328,6 +331,7 @@ async fn answer(
     match outcome {
         control::Outcome::NoSuchJob => Err(no_such_job(id)),
         control::Outcome::NotApplicable => Err(ApiError::Conflict(not_applicable.into())),
+        control::Outcome::OverLimit { limit } => Err(quotas::too_many_jobs(limit)),
         control::Outcome::Done => jobs::find(&state.pool, id, acts)
             .await?
             .map(Json)

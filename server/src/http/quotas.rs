@@ -1,35 +1,26 @@
-//! Per-owner limits (`config::LimitArgs`) that are not about files (those are checked where
-//! files are stored, `store::uploads`): jobs waiting or running, and live event streams.
-//! Over a limit, the answer is `429` with `Retry-After` and which limit it was.
+//! Per-owner limits (`config::LimitArgs`) as answers: jobs waiting or running (counted where
+//! jobs are created and retried, `jobs::create` and `jobs::control`), and live event streams
+//! (counted here; files are counted where they are stored, `store::uploads`). Over a limit,
+//! the answer is `429` with `Retry-After` and which limit it was.
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
 };
 
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::error::ApiError;
-use crate::{config::LimitArgs, store::jobs};
 
-/// Refuses a new job when `owner` has as many waiting or running as they may.
-pub async fn check_active_jobs(
-    pool: &PgPool,
-    limits: &LimitArgs,
-    owner: Uuid,
-) -> Result<(), ApiError> {
-    let active = jobs::active_count(pool, owner).await?;
-    if active >= limits.active_jobs {
-        return Err(ApiError::Limited {
-            message: format!(
-                "You have {active} jobs waiting or running, the most at once. Try again when \
-                 some have finished (or cancel some)."
-            ),
-            retry_after: 30,
-        });
+/// The answer for an owner with `limit` jobs waiting or running already.
+pub fn too_many_jobs(limit: i64) -> ApiError {
+    ApiError::Limited {
+        message: format!(
+            "You have {limit} jobs waiting or running, the most at once. Try again when some \
+             have finished (or cancel some)."
+        ),
+        retry_after: 30,
     }
-    Ok(())
 }
 
 /// The live event streams this process holds open, per owner.

@@ -18,6 +18,10 @@ pub enum Outcome {
     /// The job is not in a state the request applies to.
     NotApplicable,
     NoSuchJob,
+    /// A retry would give the job's owner more live jobs than `limit`.
+    OverLimit {
+        limit: i64,
+    },
 }
 
 /// `waiting`/`running` → `cancelled`: no new chunk starts, running ones stop.
@@ -25,9 +29,15 @@ pub async fn cancel(pool: &PgPool, job_id: Uuid, acts: Sees) -> sqlx::Result<Out
     transition(pool, job_id, acts, Transition::Cancel).await
 }
 
-/// `failed`/`cancelled` → running again, for the chunks (or plan) not done.
-pub async fn retry(pool: &PgPool, job_id: Uuid, acts: Sees) -> sqlx::Result<Outcome> {
-    transition(pool, job_id, acts, Transition::Retry).await
+/// `failed`/`cancelled` → running again, for the chunks (or plan) not done, unless its owner
+/// has `limit` jobs waiting or running already.
+pub async fn retry(
+    pool: &PgPool,
+    job_id: Uuid,
+    acts: Sees,
+    limit: Option<i64>,
+) -> sqlx::Result<Outcome> {
+    transition(pool, job_id, acts, Transition::Retry { limit }).await
 }
 
 /// A batch takes no more children.
@@ -37,7 +47,7 @@ pub async fn seal(pool: &PgPool, job_id: Uuid, acts: Sees) -> sqlx::Result<Outco
 
 enum Transition {
     Cancel,
-    Retry,
+    Retry { limit: Option<i64> },
     Seal,
 }
 
@@ -53,7 +63,7 @@ async fn transition(
     let this_job = |version: Option<i64>| version.map(|v| (job_id, v)).into_iter().collect();
     let changed: Vec<(Uuid, i64)> = match transition {
         Transition::Cancel => jobs::cancel(&mut tx, job_id, acts).await?,
-        Transition::Retry => this_job(jobs::retry(&mut tx, job_id, acts).await?),
+        Transition::Retry { .. } => this_job(jobs::retry(&mut tx, job_id, acts).await?),
         Transition::Seal => this_job(jobs::seal_batch(&mut tx, job_id, acts).await?),
     };
     if changed.is_empty() {
@@ -62,6 +72,13 @@ async fn transition(
             Some(_) => Outcome::NotApplicable,
             None => Outcome::NoSuchJob,
         });
+    }
+    if let Transition::Retry { limit: Some(limit) } = transition {
+        let owner = jobs::owner_of(&mut tx, job_id).await?;
+        if jobs::over_active_limit(&mut tx, owner, limit).await? {
+            tx.rollback().await?;
+            return Ok(Outcome::OverLimit { limit });
+        }
     }
     for (id, version) in changed {
         notify::job_changed(&mut tx, id, version).await?;

@@ -27,6 +27,9 @@ pub enum CreateError {
         "no open batch has the id {0}: a job can join only a batch that is running and not sealed"
     )]
     NotAnOpenBatch(Uuid),
+    /// The owner has as many jobs waiting or running as they may.
+    #[error("you already have {limit} jobs waiting or running")]
+    TooManyActive { limit: i64 },
     #[error(transparent)]
     Database(#[from] sqlx::Error),
     #[error(transparent)]
@@ -175,6 +178,12 @@ async fn queue_first_task(
 ) -> Result<Created, CreateError> {
     let (job_id, replayed) = match inserted {
         Some(job) => {
+            if let Some(limit) = options.active_jobs_limit
+                && jobs::over_active_limit(&mut tx, owner, limit).await?
+            {
+                tx.rollback().await?;
+                return Err(CreateError::TooManyActive { limit });
+            }
             if let Some(task) = first_task(job.id) {
                 queue::push(&mut tx, &[(task, job.ticket)], Priority::New).await?;
             }

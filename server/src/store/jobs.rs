@@ -75,6 +75,19 @@ struct ViewRow {
     callback: Option<Json<CallbackView>>,
 }
 
+/// A callback URL as the job's view shows it: without credentials or query, which often hold a
+/// secret (the job's viewers need not be its owner; the receiver still gets the whole URL).
+fn shown_url(url: &str) -> String {
+    let Ok(mut url) = reqwest::Url::parse(url) else {
+        return String::new();
+    };
+    let _ = url.set_password(None);
+    let _ = url.set_username("");
+    url.set_query(None);
+    url.set_fragment(None);
+    url.to_string()
+}
+
 impl From<ViewRow> for JobView {
     fn from(row: ViewRow) -> Self {
         JobView {
@@ -111,7 +124,10 @@ impl From<ViewRow> for JobView {
             parent_id: row.parent_id,
             owner: row.owner,
             owner_email: row.owner_email,
-            callback: row.callback.map(|callback| callback.0),
+            callback: row.callback.map(|Json(mut callback)| {
+                callback.url = shown_url(&callback.url);
+                callback
+            }),
         }
     }
 }
@@ -133,6 +149,9 @@ pub struct Options {
     pub max_row_errors: Option<i64>,
     /// …or more than this percentage of its rows.
     pub max_row_errors_percent: Option<f64>,
+    /// Not stored: the most jobs the owner may have waiting or running, checked as this one is
+    /// created (`config::LimitArgs`).
+    pub active_jobs_limit: Option<i64>,
 }
 
 /// A job just inserted, and the ticket of its first message (see [`super::leases`]).
@@ -294,14 +313,33 @@ pub async fn find_deduped(
 }
 
 /// The job with this id, if `sees` covers it.
-/// How many of `owner`'s jobs are waiting or running (their limit: `config::LimitArgs`).
-pub async fn active_count(pool: &PgPool, owner: Uuid) -> sqlx::Result<i64> {
-    sqlx::query_scalar(
+/// Whether `owner` now has more than `limit` jobs waiting or running, counted in the caller's
+/// transaction (which just made one live) after waiting for any other transaction doing the
+/// same for this owner: so racing creates cannot all pass.
+pub async fn over_active_limit(
+    conn: &mut PgConnection,
+    owner: Uuid,
+    limit: i64,
+) -> sqlx::Result<bool> {
+    sqlx::query("select pg_advisory_xact_lock(hashtextextended('active jobs:' || $1::text, 0))")
+        .bind(owner)
+        .execute(&mut *conn)
+        .await?;
+    let active: i64 = sqlx::query_scalar(
         "select count(*) from jobs where owner = $1 and status in ('waiting', 'running')",
     )
     .bind(owner)
-    .fetch_one(pool)
-    .await
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(active > limit)
+}
+
+/// Whose job it is.
+pub async fn owner_of(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Uuid> {
+    sqlx::query_scalar("select owner from jobs where id = $1")
+        .bind(id)
+        .fetch_one(conn)
+        .await
 }
 
 pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<JobView>> {

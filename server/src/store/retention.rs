@@ -81,12 +81,13 @@ pub async fn prune(
     .rows_affected();
 
     // Files no job refers to: their jobs' items are gone, or no job was ever made; and files
-    // whose sender stopped sending an hour ago (the process receiving them died).
+    // whose sender stopped a day ago (the process receiving them died: a live one shows life
+    // every minute).
     let uploads = sqlx::query(
         "delete from uploads where id in (
              select u.id from uploads u
              where (u.created_at < now() - make_interval(secs => $1)
-                    or (u.receiving and u.alive_at < now() - interval '1 hour'))
+                    or (u.receiving and u.alive_at < now() - interval '1 day'))
                and not exists (select 1 from jobs j
                    where u.id in (j.upload_id, j.result_upload_id))
              limit $2)",

@@ -1,6 +1,8 @@
 //! Uploaded files, stored in PostgreSQL as fixed-size parts so that any server or worker can
 //! stream a whole file or read just a byte range of it (a chunk's rows).
 
+use std::time::{Duration, Instant};
+
 use futures::{Stream, StreamExt};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -81,54 +83,76 @@ where
     B: AsRef<[u8]>,
     E: Into<UploadError>,
 {
-    let (id, room) = begin(pool, owner, filename, content_type, limits).await?;
-    match receive(pool, id, limits, room, body).await {
-        Ok(size) => Ok(Upload {
-            id,
-            filename: filename.to_owned(),
-            size: size as i64,
-        }),
-        Err(err) => {
-            // What was stored goes (retention removes it if this fails too).
-            if let Err(cleanup) = delete(pool, id).await {
-                tracing::warn!(upload = %id, "could not remove an unfinished upload: {cleanup}");
-            }
-            Err(err)
+    let id = begin(pool, owner, filename, content_type, limits).await?;
+    // Whatever ends the upload early (an error, or the request dropped mid-way), what was
+    // stored goes.
+    let unfinished = Unfinished(Some((pool.clone(), id)));
+    let size = receive(pool, owner, id, limits, body).await?;
+    unfinished.disarm();
+    Ok(Upload {
+        id,
+        filename: filename.to_owned(),
+        size: size as i64,
+    })
+}
+
+/// An upload being received, removed when dropped before [`Unfinished::disarm`] (retention
+/// removes it if even that fails).
+struct Unfinished(Option<(PgPool, Uuid)>);
+
+impl Unfinished {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some((pool, id)) = self.0.take() {
+            tokio::spawn(async move {
+                if let Err(err) = delete(&pool, id).await {
+                    tracing::warn!(upload = %id, "could not remove an unfinished upload: {err}");
+                }
+            });
         }
     }
 }
 
-/// Registers a file about to arrive, if the owner's limits allow it; its id, and how many bytes
-/// the owner may still store. One short transaction, serialized per owner, so that racing
-/// uploads cannot both take the last place.
+/// How recently a receiving upload must have shown life to count as being sent; a sender
+/// shows life at least this often (every stored part, and every [`ALIVE_EVERY`]).
+const ALIVE_WITHIN: Duration = Duration::from_secs(600);
+const ALIVE_EVERY: Duration = Duration::from_secs(60);
+
+/// Registers a file about to arrive, if the owner's limits allow it. One short transaction,
+/// serialized per owner, so that racing uploads cannot both take the last place.
 async fn begin(
     pool: &PgPool,
     owner: Uuid,
     filename: &str,
     content_type: Option<&str>,
     limits: UploadLimits,
-) -> Result<(Uuid, i64), UploadError> {
+) -> Result<Uuid, UploadError> {
     let mut tx = pool.begin().await?;
     sqlx::query("select pg_advisory_xact_lock(hashtextextended('uploads:' || $1::text, 0))")
         .bind(owner)
         .execute(&mut *tx)
         .await?;
     let (sending, stored): (i64, i64) = sqlx::query_as(
-        "select count(*) filter (where receiving and alive_at > now() - interval '1 hour'),
+        "select count(*) filter (where receiving
+                                   and alive_at > now() - make_interval(secs => $2)),
                 coalesce(sum(size), 0)::bigint
          from uploads where owner = $1",
     )
     .bind(owner)
+    .bind(ALIVE_WITHIN.as_secs_f64())
     .fetch_one(&mut *tx)
     .await?;
     if let Some(limit) = limits.at_once.filter(|&limit| sending >= limit) {
         return Err(UploadError::TooManyAtOnce { limit });
     }
-    let room = match limits.stored_bytes {
-        Some(limit) if stored >= limit => return Err(UploadError::StoreFull { limit }),
-        Some(limit) => limit - stored,
-        None => i64::MAX,
-    };
+    if let Some(limit) = limits.stored_bytes.filter(|&limit| stored >= limit) {
+        return Err(UploadError::StoreFull { limit });
+    }
     let id = Uuid::now_v7();
     sqlx::query(
         "insert into uploads (id, owner, filename, content_type, size, sha256, receiving)
@@ -141,15 +165,15 @@ async fn begin(
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok((id, room))
+    Ok(id)
 }
 
 /// Stores the body part by part; its size once the last part is in.
 async fn receive<S, B, E>(
     pool: &PgPool,
+    owner: Uuid,
     id: Uuid,
     limits: UploadLimits,
-    room: i64,
     mut body: S,
 ) -> Result<usize, UploadError>
 where
@@ -158,9 +182,10 @@ where
     E: Into<UploadError>,
 {
     let mut hasher = Sha256::new();
-    let mut part = Vec::with_capacity(PART_BYTES);
+    let mut part = Vec::new();
     let mut part_no = 0i32;
     let mut size = 0usize;
+    let mut alive_at = Instant::now();
     while let Some(bytes) = body.next().await {
         let bytes = bytes.map_err(Into::into)?;
         let mut bytes = bytes.as_ref();
@@ -170,28 +195,32 @@ where
                 limit: limits.file_bytes,
             });
         }
-        if size as u64 > room as u64 {
-            return Err(UploadError::StoreFull {
-                limit: limits.stored_bytes.unwrap_or(i64::MAX),
-            });
-        }
         hasher.update(bytes);
         while !bytes.is_empty() {
             let take = bytes.len().min(PART_BYTES - part.len());
             part.extend_from_slice(&bytes[..take]);
             bytes = &bytes[take..];
             if part.len() == PART_BYTES {
-                store_part(pool, id, part_no, &part).await?;
+                store_part(pool, owner, id, part_no, &part, limits).await?;
                 part.clear();
                 part_no += 1;
+                alive_at = Instant::now();
             }
+        }
+        if alive_at.elapsed() >= ALIVE_EVERY {
+            // A slow sender still counts as sending (and is not taken for a dead one).
+            sqlx::query("update uploads set alive_at = now() where id = $1")
+                .bind(id)
+                .execute(pool)
+                .await?;
+            alive_at = Instant::now();
         }
     }
     if size == 0 {
         return Err(UploadError::Empty);
     }
     if !part.is_empty() {
-        store_part(pool, id, part_no, &part).await?;
+        store_part(pool, owner, id, part_no, &part, limits).await?;
     }
     let stored = sqlx::query(
         "update uploads set size = $2, sha256 = $3, receiving = false, alive_at = now()
@@ -209,17 +238,40 @@ where
     Ok(size)
 }
 
-/// Stores one part and counts its bytes against the owner (one statement: autocommitted).
-async fn store_part(pool: &PgPool, id: Uuid, part_no: i32, data: &[u8]) -> sqlx::Result<()> {
-    sqlx::query(
-        "with part as (insert into upload_parts (upload_id, part_no, data) values ($1, $2, $3))
-         update uploads set size = size + length($3), alive_at = now() where id = $1",
+/// Stores one part and counts its bytes against the owner, in one (autocommitted) statement,
+/// unless the owner's files would then pass their limit. Parts of the owner's uploads stored at
+/// the same moment may each pass: the limit is overshot by at most a part per upload at once.
+async fn store_part(
+    pool: &PgPool,
+    owner: Uuid,
+    id: Uuid,
+    part_no: i32,
+    data: &[u8],
+    limits: UploadLimits,
+) -> Result<(), UploadError> {
+    let stored = sqlx::query(
+        "with part as (
+             insert into upload_parts (upload_id, part_no, data)
+             select $1, $2, $3
+             where $5::bigint is null
+                or (select coalesce(sum(size), 0) from uploads where owner = $4) + length($3) <= $5
+             returning 1)
+         update uploads set size = size + length($3), alive_at = now()
+         where id = $1 and exists (select from part)",
     )
     .bind(id)
     .bind(part_no)
     .bind(data)
+    .bind(owner)
+    .bind(limits.stored_bytes)
     .execute(pool)
     .await?;
+    if stored.rows_affected() == 0 {
+        return Err(match limits.stored_bytes {
+            Some(limit) => UploadError::StoreFull { limit },
+            None => UploadError::Body("the upload was removed while it was received".into()),
+        });
+    }
     Ok(())
 }
 

@@ -91,7 +91,7 @@ fn kind_of_v4(v4: Ipv4Addr) -> Option<&'static str> {
 }
 
 fn kind_of_v6(v6: Ipv6Addr) -> Option<&'static str> {
-    let first = v6.segments()[0];
+    let [first, second, third, ..] = v6.segments();
     Some(if v6.is_loopback() {
         "a loopback address"
     } else if v6.is_unspecified() {
@@ -102,20 +102,23 @@ fn kind_of_v6(v6: Ipv6Addr) -> Option<&'static str> {
         "a unique-local (private) address"
     } else if first & 0xffc0 == 0xfe80 || first & 0xffc0 == 0xfec0 {
         "a link-local address"
+    } else if (first, second, third) == (0x64, 0xff9b, 1) {
+        "a local-use NAT64 address"
     } else {
         return None;
     })
 }
 
-/// The IPv4 address inside an IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`)
-/// or NAT64 (`64:ff9b::a.b.c.d`) address, which reach that IPv4 address.
+/// The IPv4 address inside an IPv4-mapped (`::ffff:a.b.c.d`, `::ffff:0:a.b.c.d`),
+/// IPv4-compatible (`::a.b.c.d`), NAT64 (`64:ff9b::a.b.c.d`) or 6to4 (`2002:aabb:ccdd::`)
+/// address, which reach that IPv4 address.
 fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
-    let s = v6.segments();
-    let low = || Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
-    match s {
-        [0, 0, 0, 0, 0, 0xffff, _, _] => Some(low()),
-        [0, 0, 0, 0, 0, 0, hi, _] if hi != 0 => Some(low()),
-        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(low()),
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+    match v6.segments() {
+        [0, 0, 0, 0, 0, 0xffff, hi, lo] | [0, 0, 0, 0, 0xffff, 0, hi, lo] => Some(v4(hi, lo)),
+        [0, 0, 0, 0, 0, 0, hi, lo] if hi != 0 => Some(v4(hi, lo)),
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(v4(hi, lo)),
+        [0x2002, hi, lo, ..] => Some(v4(hi, lo)),
         _ => None,
     }
 }
@@ -163,6 +166,10 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
             "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::8.8.8.8",
+            "::ffff:0:10.0.0.1",
+            "2002:7f00:1::",
+            "2002:a9fe:a9fe::1",
         ] {
             let addr: IpAddr = refused.parse().unwrap();
             assert!(policy.check(addr).is_err(), "{refused} is refused");
@@ -172,6 +179,7 @@ mod tests {
             "8.8.8.8",
             "2606:4700::1111",
             "::ffff:8.8.8.8",
+            "2002:808:808::1",
         ] {
             let addr: IpAddr = public.parse().unwrap();
             assert_eq!(policy.check(addr), Ok(()), "{public} is allowed");
