@@ -229,7 +229,7 @@ impl CallbackView {
             CallbackState::Waiting => {
                 format!("When the job ends, its final state is sent to {url}.")
             }
-            CallbackState::Sending => match self.next_at {
+            CallbackState::Sending => match self.next_at.filter(|_| attempts > 0) {
                 Some(at) => format!(
                     "Sending the final state to {url}: not delivered yet ({tries}); next try at \
                      {} UTC.",
@@ -248,7 +248,7 @@ impl CallbackView {
 }
 
 impl CallbackTry {
-    /// `Try 2 at 12:00:03: answered 503 Service Unavailable`.
+    /// `Try 2 at 2026-11-22 12:00:03 UTC: answered 503 Service Unavailable`.
     pub fn line(&self) -> String {
         let outcome = match (&self.error, self.status) {
             (Some(error), _) => error.clone(),
@@ -256,9 +256,9 @@ impl CallbackTry {
             (None, None) => "delivered".to_owned(),
         };
         format!(
-            "Try {} at {}: {outcome}",
+            "Try {} at {} UTC: {outcome}",
             self.attempt,
-            self.at.format("%H:%M:%S")
+            self.at.format("%Y-%m-%d %H:%M:%S")
         )
     }
 }
@@ -288,9 +288,15 @@ pub struct FailedPart {
 }
 
 impl JobView {
-    /// Whether the job may still change: it has not ended, or its callback is still tried.
+    /// Whether a page should keep following the job: it has not ended, or it has and its
+    /// callback's first try is still to come (later tries may be hours apart: a reload shows
+    /// them).
     pub fn may_change(&self) -> bool {
-        !self.status.is_finished() || self.callback.as_ref().is_some_and(CallbackView::is_pending)
+        !self.status.is_finished()
+            || self
+                .callback
+                .as_ref()
+                .is_some_and(|callback| callback.is_pending() && callback.tries.is_empty())
     }
 
     /// "Import of people.csv", "Export of people as XLSX".
@@ -558,7 +564,7 @@ mod tests {
         );
         assert_eq!(
             callback.tries[0].line(),
-            "Try 1 at 12:00:03: answered 503 Service Unavailable"
+            "Try 1 at 2026-11-22 12:00:03 UTC: answered 503 Service Unavailable"
         );
         callback.tries.push(try_(2, Some(200), None));
         callback.state = CallbackState::Delivered;
@@ -568,7 +574,7 @@ mod tests {
         );
         assert_eq!(
             callback.tries[1].line(),
-            "Try 2 at 12:00:03: delivered (answered 200)"
+            "Try 2 at 2026-11-22 12:00:03 UTC: delivered (answered 200)"
         );
         assert!(!callback.is_pending());
     }

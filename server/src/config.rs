@@ -157,7 +157,9 @@ impl Default for LimitArgs {
 
 impl LimitArgs {
     pub fn body_timeout(&self) -> Duration {
-        Duration::from_secs_f64(self.body_timeout_secs.clamp(1.0, 3600.0))
+        // At most 5 minutes: an upload that waits longer for bytes would stop counting as being
+        // sent (`store::uploads` counts those that showed life in the last 10).
+        Duration::from_secs_f64(self.body_timeout_secs.clamp(1.0, 300.0))
     }
 }
 

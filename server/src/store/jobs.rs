@@ -75,17 +75,15 @@ struct ViewRow {
     callback: Option<Json<CallbackView>>,
 }
 
-/// A callback URL as the job's view shows it: without credentials or query, which often hold a
-/// secret (the job's viewers need not be its owner; the receiver still gets the whole URL).
+/// A callback URL as the job's view shows it: its origin only, as the rest often holds a secret
+/// (a webhook's token in its path or query), and the job's viewers need not be its owner. The
+/// receiver still gets the whole URL.
 fn shown_url(url: &str) -> String {
-    let Ok(mut url) = reqwest::Url::parse(url) else {
-        return String::new();
-    };
-    let _ = url.set_password(None);
-    let _ = url.set_username("");
-    url.set_query(None);
-    url.set_fragment(None);
-    url.to_string()
+    match reqwest::Url::parse(url) {
+        Ok(url) if url.path() == "/" && url.query().is_none() => url.origin().ascii_serialization(),
+        Ok(url) => format!("{}/…", url.origin().ascii_serialization()),
+        Err(_) => String::new(),
+    }
 }
 
 impl From<ViewRow> for JobView {
@@ -312,7 +310,6 @@ pub async fn find_deduped(
         .await
 }
 
-/// The job with this id, if `sees` covers it.
 /// Whether `owner` now has more than `limit` jobs waiting or running, counted in the caller's
 /// transaction (which just made one live) after waiting for any other transaction doing the
 /// same for this owner: so racing creates cannot all pass.
@@ -342,6 +339,7 @@ pub async fn owner_of(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Uuid> {
         .await
 }
 
+/// The job with this id, if `sees` covers it.
 pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<JobView>> {
     sqlx::query_as::<_, ViewRow>(select_view!(
         "where j.id = $1 and ($2::uuid is null or j.owner = $2)"

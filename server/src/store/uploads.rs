@@ -84,20 +84,28 @@ where
     E: Into<UploadError>,
 {
     let id = begin(pool, owner, filename, content_type, limits).await?;
-    // Whatever ends the upload early (an error, or the request dropped mid-way), what was
-    // stored goes.
+    // Whatever ends the upload early, what was stored goes: before the answer on an error (so
+    // a retry at once finds its place free), from a guard if the request is dropped mid-way.
     let unfinished = Unfinished(Some((pool.clone(), id)));
-    let size = receive(pool, owner, id, limits, body).await?;
+    let received = receive(pool, owner, id, limits, body).await;
     unfinished.disarm();
-    Ok(Upload {
-        id,
-        filename: filename.to_owned(),
-        size: size as i64,
-    })
+    match received {
+        Ok(size) => Ok(Upload {
+            id,
+            filename: filename.to_owned(),
+            size: size as i64,
+        }),
+        Err(err) => {
+            if let Err(cleanup) = delete(pool, id).await {
+                tracing::warn!(upload = %id, "could not remove an unfinished upload: {cleanup}");
+            }
+            Err(err)
+        }
+    }
 }
 
-/// An upload being received, removed when dropped before [`Unfinished::disarm`] (retention
-/// removes it if even that fails).
+/// An upload being received, removed (by a task of its own) when dropped before
+/// [`Unfinished::disarm`]; retention removes it if even that fails.
 struct Unfinished(Option<(PgPool, Uuid)>);
 
 impl Unfinished {
@@ -108,8 +116,10 @@ impl Unfinished {
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        if let Some((pool, id)) = self.0.take() {
-            tokio::spawn(async move {
+        if let (Some((pool, id)), Ok(runtime)) =
+            (self.0.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(async move {
                 if let Err(err) = delete(&pool, id).await {
                     tracing::warn!(upload = %id, "could not remove an unfinished upload: {err}");
                 }
