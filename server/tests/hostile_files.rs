@@ -44,13 +44,7 @@ async fn upload_generated(
     let total = (head.len() + len + tail.len()) as u64;
     let part = multipart::Part::stream_with_length(reqwest::Body::wrap_stream(parts), total)
         .file_name(filename.to_owned());
-    let response = server
-        .client
-        .post(server.url("/api/uploads"))
-        .multipart(multipart::Form::new().part("file", part))
-        .send()
-        .await
-        .unwrap();
+    let response = upload_part(&server.client, &server.url("/api/uploads"), part).await;
     assert!(response.status().is_success(), "{}", response.status());
     response.json().await.unwrap()
 }

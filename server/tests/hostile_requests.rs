@@ -252,14 +252,7 @@ fn trickle(
         lines.map(Ok::<_, std::io::Error>),
     ))
     .file_name("slow.csv");
-    tokio::spawn(async move {
-        client
-            .post(url)
-            .multipart(multipart::Form::new().part("file", part))
-            .send()
-            .await
-            .unwrap()
-    })
+    tokio::spawn(async move { upload_part(&client, &url, part).await })
 }
 
 async fn receiving(db: &TestDb) -> i64 {
@@ -333,13 +326,7 @@ async fn trickling_uploads_hold_no_connection_and_stalled_ones_are_cut_off() {
             .chain(futures::stream::pending());
     let part =
         multipart::Part::stream(reqwest::Body::wrap_stream(stalled)).file_name("stalled.csv");
-    let response = server
-        .client
-        .post(server.url("/api/uploads"))
-        .multipart(multipart::Form::new().part("file", part))
-        .send()
-        .await
-        .unwrap();
+    let response = upload_part(&server.client, &server.url("/api/uploads"), part).await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let body: Value = response.json().await.unwrap();
     assert_eq!(

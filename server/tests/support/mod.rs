@@ -566,6 +566,16 @@ pub fn peak_rss_of(status: &str) -> u64 {
     kb * 1024
 }
 
+/// Sends `part` (a file, perhaps streamed) to `url` as `POST /api/uploads` takes it.
+pub async fn upload_part(client: &Client, url: &str, part: multipart::Part) -> reqwest::Response {
+    client
+        .post(url)
+        .multipart(multipart::Form::new().part("file", part))
+        .send()
+        .await
+        .expect("send the upload")
+}
+
 /// A multipart form holding one file, as `POST /api/uploads` takes it.
 pub fn file_form(filename: &str, bytes: impl Into<Vec<u8>>) -> multipart::Form {
     multipart::Form::new().part(
