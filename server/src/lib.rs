@@ -23,6 +23,8 @@ pub mod progress;
 pub mod spreadsheet;
 pub mod store;
 
+use std::future::IntoFuture;
+
 use anyhow::Context;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -34,6 +36,9 @@ use crate::{
     jobs::Engine,
     progress::Hub,
 };
+
+/// How long connections get to close once shutdown begins.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Serves HTTP on `listener` (and runs workers unless `no_workers`) until `shutdown` fires.
 pub async fn serve(
@@ -67,10 +72,19 @@ pub async fn serve(
         )))
     };
     tracing::info!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, http::router(state))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .context("serving HTTP")?;
+    let served = axum::serve(listener, http::router(state))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .into_future();
+    // Open event streams end with the shutdown; a connection that still has not closed this
+    // long after it (a client that never finishes its request) does not hold the process.
+    let stuck = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(CLOSE_GRACE).await;
+    };
+    tokio::select! {
+        served = served => served.context("serving HTTP")?,
+        () = stuck => tracing::warn!("connections still open {CLOSE_GRACE:?} after shutdown: dropped"),
+    }
     if let Some(workers) = workers {
         workers.await??;
     }
