@@ -161,6 +161,70 @@ async fn a_dataset_exports_as_a_typed_xlsx_workbook() {
 }
 
 #[tokio::test]
+async fn decimals_stay_exact_from_file_to_rows_and_exports() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    let created = server
+        .post_json(
+            "/api/datasets",
+            json!({ "name": "sums", "columns": [{ "name": "n", "type": "decimal" }] }),
+        )
+        .await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let thirty = "123456789012345678901234567890";
+    let tiny = "-0.000000000000000000000000000001";
+    let file = format!("n\n10.50\n0.1\n{thirty}\n-0\n-0.00\n{tiny}\n+007.250\n");
+    let job = server.import("sums.csv", file.into_bytes(), "sums").await;
+    let done = server.finished(job.id).await;
+    assert_eq!((done.status, done.rows_ok), (JobStatus::Completed, 7));
+    // As written, scale kept, zero unsigned: strings, since JSON numbers are read as floats.
+    let exact = ["10.50", "0.1", thirty, "0", "0.00", tiny, "7.250"];
+    let rows: Value = server.get_json("/api/datasets/sums/rows").await;
+    let shown: Vec<Value> = rows["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["n"].clone())
+        .collect();
+    assert_eq!(shown, exact.map(|n| json!(n)));
+
+    let (_, _, csv) = download(&server, &export(&server, "sums", "csv").await).await;
+    assert_eq!(
+        String::from_utf8(csv).unwrap(),
+        format!("n\n{}\n", exact.join("\n"))
+    );
+
+    let (_, _, xlsx) = download(&server, &export(&server, "sums", "xlsx").await).await;
+    let mut book = Xlsx::new(Cursor::new(xlsx.clone())).unwrap();
+    let sheet = book.worksheet_range("sums").unwrap();
+    let cells: Vec<Data> = (1..=7)
+        .map(|r| sheet.get((r, 0)).unwrap().clone())
+        .collect();
+    // Numbers of at most 15 significant digits (what Excel holds) are numbers; longer ones
+    // text rather than rounded.
+    assert_eq!(
+        cells,
+        [
+            Data::Float(10.5),
+            Data::Float(0.1),
+            Data::String(thirty.into()),
+            Data::Float(0.0),
+            Data::Float(0.0),
+            Data::Float(-1e-30),
+            Data::Float(7.25),
+        ]
+    );
+    // Shown with the places they were written with.
+    let mut zip = zip::ZipArchive::new(Cursor::new(xlsx)).unwrap();
+    let mut styles = String::new();
+    std::io::Read::read_to_string(&mut zip.by_name("xl/styles.xml").unwrap(), &mut styles).unwrap();
+    for code in ["formatCode=\"0.00\"", "formatCode=\"0.000\""] {
+        assert!(styles.contains(code), "{code} in {styles}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn empty_unknown_and_unfinished_exports_are_clear() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, Some(worker_args(100))).await;

@@ -76,6 +76,7 @@ pub fn csv_to_xlsx(
     let bold = Format::new().set_bold();
     let date = Format::new().set_num_format("yyyy-mm-dd");
     let timestamp = Format::new().set_num_format("yyyy-mm-dd hh:mm:ss");
+    let mut decimals = DecimalFormats::default();
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
@@ -100,8 +101,15 @@ pub fn csv_to_xlsx(
                 continue;
             }
             match kind {
-                Some(ColumnType::Integer | ColumnType::Decimal) => match exact_number(text) {
+                Some(ColumnType::Integer) => match exact_number(text) {
                     Some(number) => sheet.write_number(row, col, number)?,
+                    None => sheet.write_string(row, col, text)?,
+                },
+                Some(ColumnType::Decimal) => match exact_number(text) {
+                    Some(number) => match decimals.of(text) {
+                        Some(format) => sheet.write_number_with_format(row, col, number, format)?,
+                        None => sheet.write_number(row, col, number)?,
+                    },
                     None => sheet.write_string(row, col, text)?,
                 },
                 Some(ColumnType::Boolean) => match text {
@@ -141,6 +149,28 @@ fn exact_number(text: &str) -> Option<f64> {
     let digits = text.trim_start_matches(['-', '+']).replace('.', "");
     let significant = digits.trim_start_matches('0').len();
     (significant <= 15).then(|| text.parse().ok()).flatten()
+}
+
+/// Number formats that show a decimal with as many places as it was written with (`10.50`, not
+/// Excel's `10.5`), made once per scale.
+#[derive(Default)]
+struct DecimalFormats(Vec<Option<Format>>);
+
+impl DecimalFormats {
+    /// The format for a decimal's text, `None` for a whole number (General shows it as is).
+    fn of(&mut self, text: &str) -> Option<&Format> {
+        let places = text.split_once('.').map_or(0, |(_, frac)| frac.len());
+        if places == 0 {
+            return None;
+        }
+        if self.0.len() <= places {
+            self.0.resize(places + 1, None);
+        }
+        let format = self.0[places].get_or_insert_with(|| {
+            Format::new().set_num_format(format!("0.{}", "0".repeat(places)))
+        });
+        Some(format)
+    }
 }
 
 fn excel_date(text: &str) -> Option<NaiveDate> {
