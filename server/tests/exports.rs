@@ -98,7 +98,7 @@ async fn a_dataset_exports_as_csv_in_chunks_with_formulas_neutralised() {
     assert_eq!(job.status, JobStatus::Completed, "{:?}", job.error);
     assert_eq!(job.item_count, Some(ROWS as i64));
     assert_eq!((job.item_progress, job.chunks_total), (ROWS as i64, 7));
-    assert_eq!(job.format.as_deref(), Some("csv"));
+    assert_eq!(job.format, Some(app::model::ExportFormat::Csv));
 
     let (kind, disposition, bytes) = download(&server, &job).await;
     assert!(kind.starts_with("text/csv"), "{kind}");

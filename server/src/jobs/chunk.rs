@@ -24,8 +24,10 @@ use crate::{
     store::{
         chunks::{self, Recorded},
         datasets, errors,
-        jobs::{self, ChunkCounts, ImportJob},
-        notify, uploads,
+        jobs::{self, ImportJob},
+        notify,
+        states::{self, job::ChunkCounts},
+        uploads,
     },
 };
 
@@ -77,7 +79,7 @@ pub async fn run(
     if !chunks::claim(&mut tx, job_id, chunk_no, &run.lease.owner).await? {
         return Ok(());
     }
-    chunks::mark_done(&mut tx, job_id, chunk_no).await?;
+    states::chunk::done(&mut tx, job_id, chunk_no).await?;
     write(tx, job_id, &job, keyed, &parsed, run.stop).await
 }
 
@@ -161,7 +163,7 @@ async fn write(
         .await?;
     }
     errors::insert(&mut tx, job_id, &parsed.errors).await?;
-    let Some(added) = jobs::add_chunk(&mut tx, job_id, counts).await? else {
+    let Some(added) = states::job::add_chunk(&mut tx, job_id, counts).await? else {
         // The job ended while we worked (failed or cancelled): write nothing.
         tx.rollback().await?;
         return Ok(());

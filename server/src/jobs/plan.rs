@@ -11,11 +11,7 @@ use std::io;
 use futures::TryStreamExt;
 use uuid::Uuid;
 
-use super::{
-    Engine, TaskError, pipe,
-    queue::{self, Priority, TaskMsg},
-    sheet,
-};
+use super::{Engine, TaskError, pipe, sheet};
 use sqlx::PgConnection;
 use tokio_util::sync::CancellationToken;
 
@@ -26,7 +22,11 @@ use crate::{
         schema::{self, Column},
         workbook,
     },
-    store::{chunks, datasets, jobs, notify, uploads},
+    store::{
+        chunks, datasets, jobs, notify,
+        queue::{self, Priority, TaskMsg},
+        states, uploads,
+    },
 };
 
 pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Result<(), TaskError> {
@@ -34,7 +34,7 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
     let Some(job) = jobs::lock_import_job(&mut tx, job_id).await? else {
         return Ok(());
     };
-    match jobs::start(&mut tx, job_id).await? {
+    match states::job::start(&mut tx, job_id).await? {
         Some(version) => notify::job_changed(&mut tx, job_id, version).await?,
         None if job.is_running() => {}
         // Finished or cancelled before it started.
@@ -42,10 +42,10 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
     }
     if job.sealed {
         // Planned already: its chunks were queued with the plan (a retried job, started again
-        // just now, has them queued by the reaper). A retried job with no chunk left to run
-        // (a streamed sheet, all written, that failed its row error limit at the end) ends
-        // here.
-        if let Some(version) = jobs::settle(&mut tx, job_id).await? {
+        // just now, has them re-queued by `maintenance::requeue`). A retried job with no chunk
+        // left to run (a streamed sheet, all written, that failed its row error limit at the
+        // end) ends here.
+        if let Some(version) = states::job::settle(&mut tx, job_id).await? {
             notify::job_changed(&mut tx, job_id, version).await?;
         }
         tx.commit().await?;
@@ -108,7 +108,7 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
     chunks::insert_all(&mut tx, job_id, &plan.chunks).await?;
     let chunks_total = plan.chunks.len() as i32;
     let Some(version) =
-        jobs::seal(&mut tx, job_id, Some(&format), plan.row_count, chunks_total).await?
+        states::job::seal(&mut tx, job_id, Some(&format), plan.row_count, chunks_total).await?
     else {
         return Ok(());
     };

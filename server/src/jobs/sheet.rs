@@ -6,7 +6,7 @@
 //!
 //! This all runs as the job's plan task, under its lease. A chunk is recorded done in the
 //! transaction that writes its rows, so a run that dies half-way leaves only whole chunks, and
-//! the next run (the reaper queues it once the lease runs out) converts the sheet again and
+//! the next run (re-queued once the lease runs out) converts the sheet again and
 //! skips them: rows count once. The plan is sealed, with the row count, at the end.
 //!
 //! What this gives up: a sheet found damaged part-way fails its job with the rows before the
@@ -34,7 +34,7 @@ use crate::{
     store::{
         chunks, datasets,
         jobs::{self, ImportJob},
-        notify, uploads,
+        notify, states, uploads,
     },
 };
 
@@ -296,7 +296,7 @@ async fn seal(
     chunks_total: i32,
 ) -> Result<(), TaskError> {
     let mut tx = engine.pool.begin().await?;
-    let Some(mut version) = jobs::seal(
+    let Some(mut version) = states::job::seal(
         &mut tx,
         job_id,
         format.as_deref(),
@@ -307,7 +307,7 @@ async fn seal(
     else {
         return Ok(());
     };
-    if let Some(ended) = jobs::settle(&mut tx, job_id).await? {
+    if let Some(ended) = states::job::settle(&mut tx, job_id).await? {
         version = ended;
     }
     notify::job_changed(&mut tx, job_id, version).await?;

@@ -143,13 +143,20 @@ pub fn csv_to_xlsx(
     Ok(u64::from(row.saturating_sub(1)))
 }
 
-/// The number, if a spreadsheet can hold it exactly: Excel keeps 15 significant digits, so a
-/// longer number is written as text rather than silently rounded.
+/// The number, if a spreadsheet can hold it exactly: Excel keeps 15 significant digits and
+/// shows at most 30 decimal places, so any other number is written as text rather than silently
+/// rounded (30 places also keep every number far from a double's underflow).
 fn exact_number(text: &str) -> Option<f64> {
     let digits = text.trim_start_matches(['-', '+']).replace('.', "");
     let significant = digits.trim_start_matches('0').len();
-    (significant <= 15).then(|| text.parse().ok()).flatten()
+    let places = text.split_once('.').map_or(0, |(_, frac)| frac.len());
+    (significant <= 15 && places <= MAX_PLACES)
+        .then(|| text.parse().ok())
+        .flatten()
 }
+
+/// The most decimal places an Excel number format shows.
+const MAX_PLACES: usize = 30;
 
 /// Number formats that show a decimal with as many places as it was written with (`10.50`, not
 /// Excel's `10.5`), made once per scale.
@@ -270,6 +277,9 @@ mod tests {
             Some(0.000123456789012345)
         );
         assert_eq!(exact_number("12345678901234567890.25"), None);
+        assert_eq!(exact_number(&format!("0.{}1", "0".repeat(30))), None);
+        assert_eq!(exact_number(&format!("0.{}1", "0".repeat(29))), Some(1e-30));
+        assert_eq!(exact_number("0"), Some(0.0));
 
         let long = "y".repeat(MAX_XLSX_CELL_CHARS + 10);
         let csv = format!("name\n{long}\n");

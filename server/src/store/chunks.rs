@@ -1,10 +1,12 @@
 //! A job's chunks: the plan's row ranges, and the done-gate that makes each chunk count once.
+//! Their state changes are in [`super::states::chunk`].
 
 use std::collections::HashMap;
 
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use super::states::ChunkState;
 use crate::spreadsheet::ChunkSpan;
 
 /// A planned chunk as a worker reads it.
@@ -14,12 +16,12 @@ pub struct Chunk {
     pub row_count: i32,
     pub byte_start: i64,
     pub byte_end: i64,
-    pub state: String,
+    pub state: ChunkState,
 }
 
 impl Chunk {
     pub fn is_done(&self) -> bool {
-        self.state == "done"
+        self.state == ChunkState::Done
     }
 
     pub fn span(&self) -> ChunkSpan {
@@ -86,29 +88,16 @@ pub async fn claim(
     lease_owner: &str,
 ) -> sqlx::Result<bool> {
     let mine: Option<bool> = sqlx::query_scalar(
-        "select state = 'pending' and lease_owner is not distinct from $3 from job_chunks
+        "select state = $4 and lease_owner is not distinct from $3 from job_chunks
          where job_id = $1 and chunk_no = $2 for update",
     )
     .bind(job_id)
     .bind(chunk_no)
     .bind(lease_owner)
+    .bind(ChunkState::Pending)
     .fetch_optional(conn)
     .await?;
     Ok(mine == Some(true))
-}
-
-/// Marks a claimed chunk done and frees its lease.
-pub async fn mark_done(conn: &mut PgConnection, job_id: Uuid, chunk_no: i32) -> sqlx::Result<()> {
-    sqlx::query(
-        "update job_chunks set state = 'done', done_at = now(), lease_owner = null,
-             lease_expires_at = null
-         where job_id = $1 and chunk_no = $2 and state = 'pending'",
-    )
-    .bind(job_id)
-    .bind(chunk_no)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// What recording a streamed chunk found.
@@ -133,7 +122,7 @@ pub async fn record_done(
     let inserted = sqlx::query(
         "insert into job_chunks
              (job_id, chunk_no, first_row, row_count, byte_start, byte_end, state, done_at)
-         values ($1, $2, $3, $4, $5, $6, 'done', now())
+         values ($1, $2, $3, $4, $5, $6, $7, now())
          on conflict (job_id, chunk_no) do nothing",
     )
     .bind(job_id)
@@ -142,6 +131,7 @@ pub async fn record_done(
     .bind(span.row_count)
     .bind(span.byte_start as i64)
     .bind(span.byte_end as i64)
+    .bind(ChunkState::Done)
     .execute(&mut *conn)
     .await?;
     if inserted.rows_affected() == 1 {

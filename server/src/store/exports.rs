@@ -5,6 +5,7 @@ use futures::{Stream, TryStreamExt};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use super::states::ChunkState;
 use crate::spreadsheet::record;
 
 /// A run of a dataset's rows, both ends included, by position (see
@@ -93,10 +94,11 @@ pub async fn pending_range(
 ) -> sqlx::Result<Option<RowRange>> {
     sqlx::query_as(
         "select first_row, row_count, from_pos, to_pos from job_chunks
-         where job_id = $1 and chunk_no = $2 and state = 'pending' and from_pos is not null",
+         where job_id = $1 and chunk_no = $2 and state = $3 and from_pos is not null",
     )
     .bind(job_id)
     .bind(chunk_no)
+    .bind(ChunkState::Pending)
     .fetch_optional(pool)
     .await
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use crate::jobs::queue::QUEUE;
+use super::queue;
 
 /// Rows per statement at most.
 const BATCH: i64 = 10_000;
@@ -39,7 +39,6 @@ pub async fn prune(
     items_age: Duration,
     jobs_age: Duration,
 ) -> sqlx::Result<Pruned> {
-    let items_age = items_age.as_secs_f64();
     // Claimed first, under row locks re-checked against the age: a retry committing meanwhile
     // (which clears `finished_at`) keeps its job's items, and a retry coming after finds the
     // items gone and is refused.
@@ -55,7 +54,7 @@ pub async fn prune(
            and finished_at < now() - make_interval(secs => $1)
          returning id",
     )
-    .bind(items_age)
+    .bind(items_age.as_secs_f64())
     .bind(BATCH / 100)
     .fetch_all(&mut *conn)
     .await?;
@@ -92,26 +91,13 @@ pub async fn prune(
                    where u.id in (j.upload_id, j.result_upload_id))
              limit $2)",
     )
-    .bind(items_age)
+    .bind(items_age.as_secs_f64())
     .bind(BATCH / 100)
     .execute(&mut *conn)
     .await?
     .rows_affected();
 
-    let messages = sqlx::query(
-        "delete from apalis.jobs where id in (
-             select id from apalis.jobs
-             where job_type = $1
-               and (status in ('Done', 'Killed') or status = 'Failed' and attempts >= max_attempts)
-               and coalesce(done_at, run_at) < now() - make_interval(secs => $2)
-             limit $3)",
-    )
-    .bind(QUEUE)
-    .bind(items_age)
-    .bind(BATCH)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+    let messages = queue::prune(&mut *conn, items_age, BATCH).await?;
 
     let sessions = sqlx::query(
         "delete from sessions where token_hash in (
