@@ -48,12 +48,10 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     let ranges = exports::plan_ranges(&mut tx, job.dataset_id, chunk_rows).await?;
     let rows: i64 = ranges.iter().map(|r| i64::from(r.row_count)).sum();
     if job.format == ExportFormat::Xlsx && rows > MAX_XLSX_ROWS {
-        tx.rollback().await?;
-        let reason = format!(
+        return Err(TaskError::Refused(format!(
             "The dataset has {rows} rows, more than an Excel sheet holds ({MAX_XLSX_ROWS}). \
              Export it as CSV instead."
-        );
-        return super::fail(&engine.pool, job_id, &reason).await;
+        )));
     }
     notify::job_changed(&mut tx, job_id, version).await?;
     exports::insert_chunks(&mut tx, job_id, &ranges).await?;
@@ -103,9 +101,11 @@ pub async fn chunk(
     if rows.len() != range.row_count as usize {
         // An import wrote into the range, or a re-import moved rows out of it, since the
         // plan: a file written now would silently miss or repeat rows.
-        let reason = "The dataset changed while it was being exported (an import wrote to it). \
-                      Export it again.";
-        return super::fail(pool, job_id, reason).await;
+        return Err(TaskError::Refused(
+            "The dataset changed while it was being exported (an import wrote to it). Export it \
+             again."
+                .into(),
+        ));
     }
     let count = rows.len() as i64;
     let part = tokio::task::spawn_blocking(move || output::rows_csv(&columns, &rows)).await?;
@@ -174,7 +174,9 @@ pub async fn finish(
     let saved = if job.format == ExportFormat::Xlsx {
         let sheet = sheet_name(&job.dataset);
         let (xlsx, written) = pipe::convert(csv, move |input, out| {
-            output::csv_to_xlsx(&columns, &sheet, LongText::Refuse, input, out).map(drop)
+            output::csv_to_xlsx(&columns, &sheet, LongText::Refuse, input, out)
+                .map(drop)
+                .map_err(refusal_of)
         });
         let save = uploads::save(
             pool,
@@ -190,29 +192,13 @@ pub async fn finish(
             Err(UploadError::Database(err)) => return Err(err.into()),
             other => other,
         };
-        match written? {
-            Ok(()) => {}
-            Err(XlsxError::IoError(err)) => return Err(err.into()),
-            // The data cannot be written as XLSX however often we try.
-            Err(XlsxError::MaxStringLengthExceeded) => {
-                let reason = format!(
-                    "A cell holds more than {} characters, more than Excel allows. Export the \
-                     dataset as CSV instead.",
-                    output::MAX_XLSX_CELL_CHARS
-                );
-                return super::fail(pool, job_id, &reason).await;
-            }
-            Err(other) => {
-                let reason = format!("The XLSX file could not be written: {other}.");
-                return super::fail(pool, job_id, &reason).await;
-            }
-        }
+        written?;
         saved
     } else {
         let limits = UploadLimits::NONE;
         uploads::save(pool, job.owner, &filename, Some(CSV_TYPE), limits, csv).await
     };
-    let saved = saved.map_err(std::io::Error::other)?;
+    let saved = saved?;
 
     let mut tx = pool.begin().await?;
     match states::job::complete_export(&mut tx, job_id, saved.id).await? {
@@ -229,6 +215,20 @@ pub async fn finish(
         }
     }
     Ok(())
+}
+
+/// Why the rows could not be written as XLSX: the disk or pipe (tried again), or the data,
+/// which no attempt can fix.
+fn refusal_of(err: XlsxError) -> TaskError {
+    match err {
+        XlsxError::IoError(err) => err.into(),
+        XlsxError::MaxStringLengthExceeded => TaskError::Refused(format!(
+            "A cell holds more than {} characters, more than Excel allows. Export the dataset as \
+             CSV instead.",
+            output::MAX_XLSX_CELL_CHARS
+        )),
+        other => TaskError::Refused(format!("The XLSX file could not be written: {other}.")),
+    }
 }
 
 pub const CSV_TYPE: &str = "text/csv; charset=utf-8";

@@ -22,6 +22,7 @@ pub mod convert;
 pub mod create;
 mod error;
 pub mod export;
+mod format;
 pub mod maintenance;
 pub mod pipe;
 pub mod plan;
@@ -30,7 +31,7 @@ pub mod worker;
 
 use std::path::PathBuf;
 
-pub use error::TaskError;
+pub use error::{Cause, TaskError};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -73,9 +74,9 @@ impl Engine {
     }
 }
 
-/// Fails a job for good, with a reason for the person who started it (a task that cannot
+/// Fails a job for good, with a reason for the person who started it (a task refused: it cannot
 /// succeed however often it is retried).
-async fn fail(pool: &PgPool, job_id: Uuid, reason: &str) -> Result<(), TaskError> {
+async fn fail(pool: &PgPool, job_id: Uuid, reason: &str) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
     if let Some(version) = states::job::fail(&mut tx, job_id, reason).await? {
         notify::job_changed(&mut tx, job_id, version).await?;

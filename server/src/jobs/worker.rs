@@ -205,9 +205,16 @@ impl Runner {
             .and_then(|result| result);
         heartbeat.abort();
         let recorded = match ended {
-            // A stopped run's error was the stop: the attempt does not count.
-            Err(err) if !stop.is_cancelled() => self.record_failure(&lease, &task, &err).await,
-            _ => leases::release(pool, &lease).await,
+            Ok(()) | Err(TaskError::Stopped) => leases::release(pool, &lease).await,
+            // Whatever a run told to stop says, it was the stop: the attempt does not count.
+            Err(_) if stop.is_cancelled() => leases::release(pool, &lease).await,
+            Err(TaskError::Refused(reason)) => {
+                match super::fail(pool, lease.item.job_id(), &reason).await {
+                    Ok(()) => leases::release(pool, &lease).await,
+                    Err(err) => Err(err),
+                }
+            }
+            Err(err @ TaskError::Retry(_)) => self.record_failure(&lease, &task, &err).await,
         };
         if let Err(err) = recorded {
             // The lease runs out and `maintenance::lease_rescue` frees the item.
