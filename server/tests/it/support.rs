@@ -1,8 +1,6 @@
 //! Test harness: a fresh database per test in the throwaway cluster `make test` starts, the real
 //! server on port 0, real worker processes, and an SSE reader to wait on events (never sleeps).
 
-#![allow(dead_code)] // each test binary uses a different part of the harness
-
 use std::{
     future::Future,
     process::{Child, Command, Stdio},
@@ -26,6 +24,14 @@ use uuid::Uuid;
 /// The longest any single wait in a test may take before the test fails.
 pub const PATIENCE: Duration = Duration::from_secs(90);
 
+/// The URL of the cluster tests make their databases in (`postgres` database).
+pub fn admin_url() -> String {
+    std::env::var("CONVEYOR_TEST_DATABASE_URL").expect(
+        "CONVEYOR_TEST_DATABASE_URL is not set: run the tests with `make test`, which starts a \
+         throwaway PostgreSQL, or point it at a cluster you may create databases in",
+    )
+}
+
 /// A database of its own, migrated.
 pub struct TestDb {
     pub pool: PgPool,
@@ -34,11 +40,7 @@ pub struct TestDb {
 
 impl TestDb {
     pub async fn new() -> Self {
-        let admin_url = std::env::var("CONVEYOR_TEST_DATABASE_URL").expect(
-            "CONVEYOR_TEST_DATABASE_URL is not set: run the tests with `make test`, which starts a \
-             throwaway PostgreSQL, or point it at a cluster you may create databases in",
-        );
-        Self::new_in(&admin_url).await
+        Self::new_in(&admin_url()).await
     }
 
     /// A database in the cluster at `admin_url`.
@@ -70,13 +72,11 @@ impl TestDb {
 
 /// A PostgreSQL cluster of the test's own (`.ci/pg.sh`), for tests that stop or restart it;
 /// stopped and removed when dropped.
-#[allow(dead_code)] // Only the fault tests restart PostgreSQL.
 pub struct Cluster {
     dir: std::path::PathBuf,
     pub admin_url: String,
 }
 
-#[allow(dead_code)]
 impl Cluster {
     pub fn start() -> Self {
         // Short: the socket path must fit in 107 bytes.
@@ -146,7 +146,6 @@ fn with_database(url: &str, name: &str) -> String {
 }
 
 /// A stop signal that never fires, for tasks a test runs itself.
-#[allow(dead_code)] // Not every test binary runs tasks itself.
 pub fn never_stop() -> &'static CancellationToken {
     static NEVER: std::sync::LazyLock<CancellationToken> =
         std::sync::LazyLock::new(CancellationToken::new);
@@ -154,7 +153,6 @@ pub fn never_stop() -> &'static CancellationToken {
 }
 
 /// A chunk run under `lease`, never told to stop.
-#[allow(dead_code)]
 pub fn run(lease: &Lease) -> Run<'_> {
     Run {
         lease,
@@ -163,7 +161,6 @@ pub fn run(lease: &Lease) -> Run<'_> {
 }
 
 /// Takes a chunk's lease for a minute, as a worker would before running it.
-#[allow(dead_code)] // Not every test binary runs chunks itself.
 pub async fn lease(db: &TestDb, job_id: Uuid, chunk_no: i32, owner: &str) -> Option<Lease> {
     let item = Item::Chunk { job_id, chunk_no };
     leases::acquire(&db.pool, item, owner, Duration::from_secs(60))
@@ -555,14 +552,29 @@ impl Drop for WorkerProcess {
     }
 }
 
+/// Starts this process's peak resident set (`VmHWM`) over from what it holds now (Linux's
+/// `/proc/self/clear_refs`), and returns what it holds now (`VmRSS`), in bytes. A test that
+/// measures its own process shares it with the tests the binary ran before (whose freed memory
+/// the allocator may keep) and the one running beside it: it measures how far the peak grows
+/// from here.
+pub fn reset_own_peak_rss() -> u64 {
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset this process's peak RSS");
+    status_bytes("/proc/self/status", "VmRSS:")
+}
+
 /// The peak resident set (`VmHWM`) in a `/proc/…/status` file, in bytes.
 pub fn peak_rss_of(status: &str) -> u64 {
+    status_bytes(status, "VmHWM:")
+}
+
+/// A `kB` field of a `/proc/…/status` file, in bytes.
+fn status_bytes(status: &str, field: &str) -> u64 {
     let status = std::fs::read_to_string(status).expect("read the process's status");
     let kb: u64 = status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in the status");
+        .unwrap_or_else(|| panic!("{field} in the status"));
     kb * 1024
 }
 

@@ -1,19 +1,17 @@
 //! Job trees and completion callbacks: a batch completes once sealed and its children have
 //! completed; its final state is POSTed to its callback URL until a 2xx, then never again.
 
-mod support;
-
 use std::sync::{
     Arc,
     atomic::{AtomicUsize, Ordering},
 };
 
+use crate::support::{TestDb, TestServer, csv, worker_args};
 use app::model::{JobKind, JobStatus, JobView};
 use axum::{Json, Router, extract::State, http::HeaderMap, routing::post};
 use reqwest::StatusCode;
 use serde_json::json;
 use server::jobs::callbacks;
-use support::{TestDb, TestServer, csv, worker_args};
 use tokio::sync::mpsc;
 
 /// A receiver that answers 500 to the first POST and 200 after, reporting each one.
