@@ -1,5 +1,6 @@
 //! Conveyor's integration tests: one test binary (one link, not one per file), one module per
-//! concern. Each test gets a database of its own (`support::TestDb`).
+//! concern. Each test gets a database of its own, cloned from a migrated template and dropped
+//! when the test ends (`support::TestDb`).
 //!
 //! `cargo test -p server --test it` runs them all, `… --test it faults::` one module, and
 //! `… --test it faults::a_repeated_create_with_the_same_key_returns_the_first_job -- --exact`
