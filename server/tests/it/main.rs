@@ -20,5 +20,6 @@ mod hostile_files;
 mod hostile_requests;
 mod job_trees;
 mod live_events;
+mod progress_feed;
 mod streamed_sheets;
 mod workbooks;
