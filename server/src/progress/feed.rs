@@ -8,7 +8,10 @@ use app::model::JobView;
 use futures::Stream;
 use sqlx::PgPool;
 use tokio::sync::{
-    broadcast::error::{RecvError, TryRecvError},
+    broadcast::{
+        self,
+        error::{RecvError, TryRecvError},
+    },
     mpsc,
 };
 use tokio_stream::wrappers::ReceiverStream;
@@ -58,7 +61,19 @@ pub fn follow(
     sees: Sees,
     last_version: Option<i64>,
 ) -> impl Stream<Item = JobView> + use<> {
-    let mut changes = hub.subscribe();
+    follow_changes(pool, hub.subscribe(), scope, sees, last_version)
+}
+
+/// [`follow`], with the changes from `changes` (subscribed before the call): a receiver that
+/// lagged behind its channel, or a [`Change::Resync`], makes the stream read again everything it
+/// shows. Tests drive it through a channel of their own.
+pub fn follow_changes(
+    pool: PgPool,
+    mut changes: broadcast::Receiver<Change>,
+    scope: Scope,
+    sees: Sees,
+    last_version: Option<i64>,
+) -> impl Stream<Item = JobView> + use<> {
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         let mut sent: HashMap<Uuid, i64> = HashMap::new();

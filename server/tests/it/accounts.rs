@@ -3,13 +3,15 @@
 //! keep their jobs, API tokens running the whole import flow without a cookie, `required`
 //! mode, sign-up switched off, the last admin, and `server user add`.
 
-mod support;
-
 use std::{
     io::Write,
     process::{Command, Stdio},
 };
 
+use crate::support::{
+    Events, TestDb, TestServer, account, admin_url, csv, file_form, json_of, password_of,
+    worker_args,
+};
 use app::{
     auth::Role,
     model::{JobStatus, JobView},
@@ -17,7 +19,6 @@ use app::{
 use reqwest::{Client, StatusCode, header::SET_COOKIE};
 use serde_json::{Value, json};
 use server::config::{AuthArgs, AuthMode, ServeArgs};
-use support::{TestDb, TestServer, account, csv, file_form, json_of, password_of, worker_args};
 
 /// The session cookie's value a response sets (`""` when it removes it).
 fn set_cookie(response: &reqwest::Response) -> Option<String> {
@@ -277,7 +278,7 @@ async fn an_api_token_runs_upload_create_and_follow_without_a_cookie_until_revok
         .await
         .unwrap();
     assert_eq!(events.status(), StatusCode::OK);
-    let done = support::Events::from_response(events).finished().await;
+    let done = Events::from_response(events).finished().await;
     assert_eq!((done.status, done.rows_ok), (JobStatus::Completed, 20));
     // The browser signed in as the same person sees the script's job.
     let seen = browser
@@ -549,7 +550,7 @@ async fn open_streams_end_with_their_session_and_required_mode_ignores_guests() 
     let ada = server.signed_in("ada@example.com").await;
     let created = server.import_as(&ada, "a.csv", csv(1), json!({ "dataset": "a" }));
     let job = created.await.json::<JobView>().await.unwrap().id;
-    let mut list = support::Events::from_response(
+    let mut list = Events::from_response(
         ada.get(server.url("/api/jobs/events"))
             .send()
             .await
@@ -599,8 +600,7 @@ async fn open_streams_end_with_their_session_and_required_mode_ignores_guests() 
 async fn owners_from_before_accounts_claim_their_things_with_their_old_cookie() {
     use std::borrow::Cow;
     // A database as it was before accounts: owners were browser-session UUIDs (the cookie).
-    let admin_url = std::env::var("CONVEYOR_TEST_DATABASE_URL").unwrap();
-    let db = TestDb::new_in_unmigrated(&admin_url).await;
+    let db = TestDb::new_in_unmigrated(&admin_url()).await;
     let mut before = sqlx::migrate!("../migrations");
     before.migrations = Cow::Owned(
         before

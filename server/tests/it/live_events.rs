@@ -1,10 +1,8 @@
 //! Server-sent events: the seed's three states in order, and `Last-Event-ID` on reconnect.
 
-mod support;
-
+use crate::support::{Events, TestDb, TestServer, csv, never_stop, worker_args};
 use app::model::JobStatus;
 use server::jobs::{Engine, plan};
-use support::{TestDb, TestServer, csv, never_stop, worker_args};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
@@ -84,7 +82,7 @@ async fn the_job_list_stream_reports_new_jobs() {
         .await
         .unwrap();
     assert_eq!(response.headers()["content-type"], "text/event-stream");
-    let mut list = support::Events::from_response(response);
+    let mut list = Events::from_response(response);
     let job = server.import("list.csv", csv(10), "listed").await;
     let seen = list.until(|view| view.id == job.id).await;
     assert_eq!(seen.last().unwrap().job.status, JobStatus::Waiting);

@@ -1,19 +1,17 @@
 //! Job trees and completion callbacks: a batch completes once sealed and its children have
 //! completed; its final state is POSTed to its callback URL until a 2xx, then never again.
 
-mod support;
-
 use std::sync::{
     Arc,
     atomic::{AtomicUsize, Ordering},
 };
 
+use crate::support::{TestDb, TestServer, csv, until, worker_args};
 use app::model::{JobKind, JobStatus, JobView};
 use axum::{Json, Router, extract::State, http::HeaderMap, routing::post};
 use reqwest::StatusCode;
 use serde_json::json;
 use server::jobs::callbacks;
-use support::{TestDb, TestServer, csv, worker_args};
 use tokio::sync::mpsc;
 
 /// A receiver that answers 500 to the first POST and 200 after, reporting each one.
@@ -104,24 +102,15 @@ async fn a_sealed_batch_completes_with_its_children_and_calls_back_once() {
         assert_eq!(key, batch.id.to_string());
         assert_eq!((job.id, job.status), (batch.id, JobStatus::Completed));
     }
-    // The 200 is recorded just after it arrives (no notification: poll, with a deadline).
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let delivered: bool =
-            sqlx::query_scalar("select callback_delivered_at is not null from jobs where id = $1")
-                .bind(batch.id)
-                .fetch_one(&db.pool)
-                .await
-                .unwrap();
-        if delivered {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the 200 was never recorded"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    // The 200 is recorded just after it arrives (no notification to wait on).
+    until("the 200 is recorded", || async {
+        sqlx::query_scalar("select callback_delivered_at is not null from jobs where id = $1")
+            .bind(batch.id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    })
+    .await;
     let args = worker_args(100).callbacks;
     let client = callbacks::client(callbacks::address::Policy::new(args.allow.clone()));
     assert_eq!(

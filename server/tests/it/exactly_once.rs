@@ -2,13 +2,11 @@
 //! counts once, a worker that lost its lease commits nothing, a re-run plan changes nothing, and a worker process killed with SIGKILL mid-job
 //! leaves a job that still completes with exact counts and no duplicate rows.
 
-mod support;
-
-use app::model::JobStatus;
-use server::jobs::{Engine, chunk, plan};
-use support::{
+use crate::support::{
     TestDb, TestServer, WorkerProcess, csv, lease, never_stop, run, stored_rows, worker_args,
 };
+use app::model::JobStatus;
+use server::jobs::{Engine, chunk, plan};
 
 #[tokio::test]
 async fn a_chunk_processed_twice_counts_once() {

@@ -3,12 +3,10 @@
 //! (a Content-Security-Policy whose nonce is the one on the page's scripts), and hostile names
 //! escaped in server-rendered pages.
 
-mod support;
-
+use crate::support::{TestDb, TestServer, csv, file_form, worker_args};
 use app::model::JobStatus;
 use reqwest::{Client, StatusCode};
 use serde_json::json;
-use support::{TestDb, TestServer, csv, file_form};
 
 #[tokio::test]
 async fn cross_site_writes_are_refused_and_same_site_ones_pass() {
@@ -199,7 +197,7 @@ async fn every_response_carries_the_security_headers_and_pages_a_nonce_policy() 
 #[tokio::test]
 async fn hostile_names_are_escaped_in_server_rendered_pages() {
     let db = TestDb::new().await;
-    let server = TestServer::start(&db, Some(support::worker_args(100))).await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
     let evil = "</script><img src=x onerror=alert(1)>";
     let file = format!("{evil}\n1\n").into_bytes();
     let job = server.import(&format!("{evil}.csv"), file, "hostile").await;

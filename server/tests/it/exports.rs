@@ -1,15 +1,13 @@
 //! Export jobs end to end: a typed dataset out as CSV and as XLSX with real cell types, chunked
 //! with the same lifecycle as imports; formula-like text neutralised; the error report as XLSX.
 
-mod support;
-
 use std::io::Cursor;
 
+use crate::support::{TestDb, TestServer, lease, run, worker_args};
 use app::model::{JobStatus, JobView};
 use calamine::{Data, DataType, Reader, Xlsx};
 use reqwest::{StatusCode, header};
 use serde_json::{Value, json};
-use support::{TestDb, TestServer, lease, run, worker_args};
 
 const ROWS: usize = 250;
 

@@ -1,11 +1,12 @@
-//! Test harness: a fresh database per test in the throwaway cluster `make test` starts, the real
-//! server on port 0, real worker processes, and an SSE reader to wait on events (never sleeps).
-
-#![allow(dead_code)] // each test binary uses a different part of the harness
+//! Test harness: a database per test, cloned from a migrated template and dropped when the test
+//! ends, in the throwaway cluster `make test` starts; the real server on port 0, real worker
+//! processes, and an SSE reader to wait on events (never sleeps).
 
 use std::{
+    collections::HashMap,
     future::Future,
     process::{Child, Command, Stdio},
+    sync::{Arc, LazyLock, Mutex},
     time::Duration,
 };
 
@@ -18,65 +19,219 @@ use server::{
     jobs::Run,
     store::leases::{self, Item, Lease},
 };
-use sqlx::PgPool;
-use tokio::net::TcpListener;
+use sha2::{Digest, Sha256};
+use sqlx::{Connection, PgConnection, PgPool};
+use tokio::{net::TcpListener, sync::OnceCell};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// The longest any single wait in a test may take before the test fails.
 pub const PATIENCE: Duration = Duration::from_secs(90);
 
-/// A database of its own, migrated.
+/// The longest dropping a test's database may take before the test goes on without it.
+const DROP_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The URL of the cluster tests make their databases in (`postgres` database).
+pub fn admin_url() -> String {
+    std::env::var("CONVEYOR_TEST_DATABASE_URL").expect(
+        "CONVEYOR_TEST_DATABASE_URL is not set: run the tests with `make test`, which starts a \
+         throwaway PostgreSQL, or point it at a cluster you may create databases in",
+    )
+}
+
+/// A database of its own, dropped (connections and all) when this is dropped, unless
+/// `CONVEYOR_TEST_KEEP_DB` is set (then its URL is printed, to look at after a failure).
 pub struct TestDb {
     pub pool: PgPool,
     pub url: String,
+    admin_url: String,
+    name: String,
 }
 
 impl TestDb {
+    /// A migrated database in the test cluster.
     pub async fn new() -> Self {
-        let admin_url = std::env::var("CONVEYOR_TEST_DATABASE_URL").expect(
-            "CONVEYOR_TEST_DATABASE_URL is not set: run the tests with `make test`, which starts a \
-             throwaway PostgreSQL, or point it at a cluster you may create databases in",
-        );
-        Self::new_in(&admin_url).await
+        Self::new_in(&admin_url()).await
     }
 
-    /// A database in the cluster at `admin_url`.
+    /// A migrated database in the cluster at `admin_url`: a copy of that cluster's template.
     pub async fn new_in(admin_url: &str) -> Self {
-        let db = Self::new_in_unmigrated(admin_url).await;
-        server::db::migrate(&db.pool).await.expect("migrate");
-        db
+        let template = template(admin_url).await;
+        Self::create(admin_url, &format!("template {template}")).await
     }
 
     /// An empty database in the cluster at `admin_url`, for tests of the migrations.
     pub async fn new_in_unmigrated(admin_url: &str) -> Self {
-        let admin_url = admin_url.to_owned();
+        Self::create(admin_url, "template template0").await
+    }
+
+    async fn create(admin_url: &str, from: &str) -> Self {
         let name = format!("test_{}", Uuid::new_v4().simple());
-        let admin = PgPool::connect(&admin_url)
+        let mut admin = PgConnection::connect(admin_url)
             .await
             .expect("connect to the test cluster");
-        sqlx::query(sqlx::AssertSqlSafe(format!("create database {name}")))
-            .execute(&admin)
+        execute(&mut admin, &format!("create database {name} {from}"))
             .await
             .expect("create a test database");
-        admin.close().await;
-        let url = with_database(&admin_url, &name);
+        let _ = admin.close().await;
+        let url = with_database(admin_url, &name);
         let pool = server::db::connect(&url, 10)
             .await
             .expect("connect to the test database");
-        Self { pool, url }
+        Self {
+            pool,
+            url,
+            admin_url: admin_url.to_owned(),
+            name,
+        }
     }
+}
+
+impl Drop for TestDb {
+    /// Drops the database. `Drop` cannot wait on the test's runtime, so a thread of its own
+    /// does it with its own connection, forcing off whatever is still connected (the pool, a
+    /// server still running, a worker process); after [`DROP_PATIENCE`] the test goes on
+    /// without it. Never panics: this also runs while a failed test unwinds.
+    fn drop(&mut self) {
+        // Marks the pool closed at once; the rest of closing would need the runtime.
+        drop(self.pool.close());
+        if std::env::var_os("CONVEYOR_TEST_KEEP_DB").is_some() {
+            eprintln!("kept the test database: {}", self.url);
+            return;
+        }
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        let (done, finished) = std::sync::mpsc::channel();
+        let dropper = std::thread::Builder::new()
+            .name(format!("drop {name}"))
+            .spawn(move || {
+                let result = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|err| err.to_string())
+                    .and_then(|runtime| {
+                        runtime.block_on(async {
+                            let mut admin = PgConnection::connect(&admin_url)
+                                .await
+                                .map_err(|err| err.to_string())?;
+                            let sql = format!("drop database if exists {name} with (force)");
+                            let dropped = execute(&mut admin, &sql).await;
+                            let _ = admin.close().await;
+                            dropped.map_err(|err| err.to_string())
+                        })
+                    });
+                let _ = done.send(result);
+            });
+        let outcome = match dropper {
+            Ok(_) => finished
+                .recv_timeout(DROP_PATIENCE)
+                .unwrap_or_else(|_| Err(format!("not done within {DROP_PATIENCE:?}"))),
+            Err(err) => Err(format!("cannot start a thread: {err}")),
+        };
+        if let Err(err) = outcome {
+            eprintln!("could not drop the test database {}: {err}", self.name);
+        }
+    }
+}
+
+/// Runs one statement built at run time (database names cannot be bound as parameters).
+async fn execute(conn: &mut PgConnection, sql: &str) -> sqlx::Result<()> {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// The name of a migrated template database in the cluster at `admin_url`, made the first time
+/// a process asks. Its name carries a hash of every migration (ours and apalis's), so a changed
+/// migration gets a new template; it is made under an advisory lock, so test processes running
+/// at once make it once; and it is marked a template (which also refuses connections to it)
+/// only once migrated, so one left half-made by a killed process is made again.
+async fn template(admin_url: &str) -> String {
+    static TEMPLATES: LazyLock<Mutex<HashMap<String, Arc<OnceCell<String>>>>> =
+        LazyLock::new(Default::default);
+    let cell = TEMPLATES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .entry(admin_url.to_owned())
+        .or_default()
+        .clone();
+    cell.get_or_init(|| make_template(admin_url)).await.clone()
+}
+
+/// The advisory lock key under which templates are made (any fixed number).
+const TEMPLATE_LOCK: i64 = 0x636f_6e76_6579_6f72; // "conveyor"
+
+async fn make_template(admin_url: &str) -> String {
+    let name = format!("conveyor_template_{}", &migrations_hash()[..16]);
+    let mut admin = PgConnection::connect(admin_url)
+        .await
+        .expect("connect to the test cluster");
+    sqlx::query("select pg_advisory_lock($1)")
+        .bind(TEMPLATE_LOCK)
+        .execute(&mut admin)
+        .await
+        .expect("take the template lock");
+    let ready: Option<bool> =
+        sqlx::query_scalar("select datistemplate from pg_database where datname = $1")
+            .bind(&name)
+            .fetch_optional(&mut admin)
+            .await
+            .expect("look for the template");
+    if ready != Some(true) {
+        // Absent, or half-made by a process that died while migrating it.
+        execute(
+            &mut admin,
+            &format!("drop database if exists {name} with (force)"),
+        )
+        .await
+        .expect("drop a half-made template");
+        execute(
+            &mut admin,
+            &format!("create database {name} template template0"),
+        )
+        .await
+        .expect("create the template database");
+        let pool = server::db::connect(&with_database(admin_url, &name), 2)
+            .await
+            .expect("connect to the template database");
+        server::db::migrate(&pool)
+            .await
+            .expect("migrate the template");
+        pool.close().await;
+        execute(
+            &mut admin,
+            &format!("alter database {name} with is_template true allow_connections false"),
+        )
+        .await
+        .expect("mark the template ready");
+    }
+    // Closing the connection releases the lock.
+    let _ = admin.close().await;
+    name
+}
+
+/// A hash of every migration a database gets (versions and checksums), in hex.
+fn migrations_hash() -> String {
+    let ours = sqlx::migrate!("../migrations");
+    let apalis = apalis_postgres::PostgresStorage::<()>::migrations();
+    let mut hash = Sha256::new();
+    for migration in ours.iter().chain(apalis.iter()) {
+        hash.update(migration.version.to_le_bytes());
+        hash.update(&*migration.checksum);
+    }
+    hash.finalize()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 /// A PostgreSQL cluster of the test's own (`.ci/pg.sh`), for tests that stop or restart it;
 /// stopped and removed when dropped.
-#[allow(dead_code)] // Only the fault tests restart PostgreSQL.
 pub struct Cluster {
     dir: std::path::PathBuf,
     pub admin_url: String,
 }
 
-#[allow(dead_code)]
 impl Cluster {
     pub fn start() -> Self {
         // Short: the socket path must fit in 107 bytes.
@@ -146,7 +301,6 @@ fn with_database(url: &str, name: &str) -> String {
 }
 
 /// A stop signal that never fires, for tasks a test runs itself.
-#[allow(dead_code)] // Not every test binary runs tasks itself.
 pub fn never_stop() -> &'static CancellationToken {
     static NEVER: std::sync::LazyLock<CancellationToken> =
         std::sync::LazyLock::new(CancellationToken::new);
@@ -154,7 +308,6 @@ pub fn never_stop() -> &'static CancellationToken {
 }
 
 /// A chunk run under `lease`, never told to stop.
-#[allow(dead_code)]
 pub fn run(lease: &Lease) -> Run<'_> {
     Run {
         lease,
@@ -163,7 +316,6 @@ pub fn run(lease: &Lease) -> Run<'_> {
 }
 
 /// Takes a chunk's lease for a minute, as a worker would before running it.
-#[allow(dead_code)] // Not every test binary runs chunks itself.
 pub async fn lease(db: &TestDb, job_id: Uuid, chunk_no: i32, owner: &str) -> Option<Lease> {
     let item = Item::Chunk { job_id, chunk_no };
     leases::acquire(&db.pool, item, owner, Duration::from_secs(60))
@@ -555,14 +707,29 @@ impl Drop for WorkerProcess {
     }
 }
 
+/// Starts this process's peak resident set (`VmHWM`) over from what it holds now (Linux's
+/// `/proc/self/clear_refs`), and returns what it holds now (`VmRSS`), in bytes. A test that
+/// measures its own process shares it with the tests the binary ran before (whose freed memory
+/// the allocator may keep) and the one running beside it: it measures how far the peak grows
+/// from here.
+pub fn reset_own_peak_rss() -> u64 {
+    std::fs::write("/proc/self/clear_refs", "5").expect("reset this process's peak RSS");
+    status_bytes("/proc/self/status", "VmRSS:")
+}
+
 /// The peak resident set (`VmHWM`) in a `/proc/…/status` file, in bytes.
 pub fn peak_rss_of(status: &str) -> u64 {
+    status_bytes(status, "VmHWM:")
+}
+
+/// A `kB` field of a `/proc/…/status` file, in bytes.
+fn status_bytes(status: &str, field: &str) -> u64 {
     let status = std::fs::read_to_string(status).expect("read the process's status");
     let kb: u64 = status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in the status");
+        .unwrap_or_else(|| panic!("{field} in the status"));
     kb * 1024
 }
 

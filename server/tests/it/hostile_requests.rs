@@ -2,8 +2,6 @@
 //! trickle or stall, clients that take more than their share, and parameters out of range. Each
 //! gets a clear answer, and nobody else waits for it.
 
-mod support;
-
 use std::{
     sync::{
         Arc,
@@ -12,6 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::support::*;
 use app::model::{CallbackState, JobStatus, JobView};
 use axum::{
     Router,
@@ -23,7 +22,6 @@ use futures::StreamExt;
 use reqwest::{Client, multipart};
 use serde_json::{Value, json};
 use server::config::{CallbackArgs, LimitArgs, ServeArgs};
-use support::*;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 

@@ -5,14 +5,15 @@
 //! Slow or failing chunks are made with a trigger on `dataset_rows`, in the test's own
 //! database: the worker under test is the real binary, unchanged.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{
+    Cluster, TestDb, TestServer, WorkerProcess, completed_exactly, csv, stored_rows, until,
+    worker_args,
+};
 use app::model::JobStatus;
 use reqwest::StatusCode;
 use serde_json::json;
-use support::{TestDb, TestServer, WorkerProcess, completed_exactly, csv, stored_rows, until};
 use uuid::Uuid;
 
 /// Makes every insert into `dataset_rows` run `body` (PL/pgSQL) first.
@@ -207,7 +208,7 @@ fn one_in_ten_bad() -> Vec<u8> {
 #[tokio::test]
 async fn a_file_past_its_row_error_budget_stops_with_that_reason() {
     let db = TestDb::new().await;
-    let server = TestServer::start(&db, Some(support::worker_args(100))).await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
     for (budget, dataset) in [(json!(5), "count"), (json!("5%"), "percent")] {
         let job = server
             .import_with(
@@ -327,7 +328,7 @@ async fn jobs_with_the_same_serialize_key_run_one_at_a_time_in_order() {
 async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
     use server::jobs::maintenance::retention::{self, Kept};
     let db = TestDb::new().await;
-    let server = TestServer::start(&db, Some(support::worker_args(100))).await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
     let bad = "id,name\n1,a\n2\n3,c\n".as_bytes().to_vec();
     let old = server
         .finished(server.import("old.csv", bad.clone(), "kept").await.id)
@@ -396,7 +397,7 @@ async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
 #[tokio::test]
 async fn a_job_completes_across_a_postgres_restart_and_streams_resync() {
     const ROWS: usize = 3_000;
-    let cluster = support::Cluster::start();
+    let cluster = Cluster::start();
     let db = TestDb::new_in(&cluster.admin_url).await;
     let server = TestServer::start(&db, None).await;
     // 2 ms a row: the job takes a few seconds, so the restart lands in the middle of it.

@@ -12,10 +12,12 @@
 //! fails the job rather than miscount; two runs recording the same chunk record it once; and a
 //! retried sheet over its error percentage fails again instead of staying running.
 
-mod support;
-
 use std::{os::unix::fs::PermissionsExt, path::PathBuf};
 
+use crate::support::{
+    TestDb, TestServer, WorkerProcess, completed_exactly, never_stop, stored_rows, until,
+    worker_args,
+};
 use app::model::{JobStatus, JobView};
 use reqwest::StatusCode;
 use rust_xlsxwriter::Workbook;
@@ -25,10 +27,6 @@ use server::{
     jobs::{Engine, TaskError, plan},
     spreadsheet::ChunkSpan,
     store::chunks::{self, Recorded},
-};
-use support::{
-    TestDb, TestServer, WorkerProcess, completed_exactly, never_stop, stored_rows, until,
-    worker_args,
 };
 use uuid::Uuid;
 

@@ -1,11 +1,9 @@
 //! The import flow through the real HTTP API, with in-process workers.
 
-mod support;
-
+use crate::support::{TestDb, TestServer, csv, stored_rows, worker_args};
 use app::model::{JobKind, JobStatus};
 use reqwest::StatusCode;
 use serde_json::Value;
-use support::{TestDb, TestServer, csv, stored_rows, worker_args};
 
 #[tokio::test]
 async fn a_multi_chunk_csv_is_imported_with_exact_counts_and_rows() {

@@ -1,12 +1,10 @@
 //! Datasets with declared schemas: typed rows, row errors that say what was expected, header
 //! checks at planning, and re-imports that update rows by key.
 
-mod support;
-
+use crate::support::{TestDb, TestServer, worker_args};
 use app::model::JobStatus;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::{TestDb, TestServer, worker_args};
 
 fn people_schema() -> Value {
     json!({

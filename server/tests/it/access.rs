@@ -4,15 +4,13 @@
 //! a route added later without a probe here fails it. Someone else's thing must answer exactly
 //! as a missing one does, and what A owns must not appear in anyone else's answers.
 
-mod support;
-
 use std::collections::BTreeSet;
 
+use crate::support::{Events, TestDb, TestServer, account, file_form, json_of, worker_args};
 use app::{auth::Role, model::JobView};
 use reqwest::{Client, Response, StatusCode};
 use serde_json::{Value, json};
 use server::http::{Access, page_paths, route_table, rpc_paths};
-use support::{TestDb, TestServer, account, file_form, json_of, worker_args};
 use uuid::Uuid;
 
 /// Who asks, in the order of every expectation below.
@@ -528,7 +526,7 @@ async fn the_list_stream_carries_only_the_jobs_its_reader_may_see() {
     let viewer = server.signed_in("viewer@example.com").await;
     let open = |client: &Client| {
         let request = client.get(server.url("/api/jobs/events")).send();
-        async move { support::Events::from_response(request.await.unwrap()) }
+        async move { Events::from_response(request.await.unwrap()) }
     };
     let a_before = new_job(&server, &a, "s").await;
     let (mut a_stream, mut b_stream, mut viewer_stream) =

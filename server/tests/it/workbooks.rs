@@ -3,13 +3,11 @@
 //! workbooks failing their own job while others run on (conversion runs in a memory-limited
 //! child process: the real `server convert`).
 
-mod support;
-
+use crate::support::{TestDb, TestServer, worker_args};
 use app::model::JobStatus;
 use reqwest::StatusCode;
 use rust_xlsxwriter::{ExcelDateTime, Format, Workbook};
 use serde_json::{Value, json};
-use support::{TestDb, TestServer, worker_args};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 

@@ -1,0 +1,25 @@
+//! Conveyor's integration tests: one test binary (one link, not one per file), one module per
+//! concern. Each test gets a database of its own, cloned from a migrated template and dropped
+//! when the test ends (`support::TestDb`).
+//!
+//! `cargo test -p server --test it` runs them all, `… --test it faults::` one module, and
+//! `… --test it faults::a_repeated_create_with_the_same_key_returns_the_first_job -- --exact`
+//! one test.
+
+mod support;
+
+mod access;
+mod accounts;
+mod api_flow;
+mod datasets;
+mod defences;
+mod exactly_once;
+mod exports;
+mod faults;
+mod hostile_files;
+mod hostile_requests;
+mod job_trees;
+mod live_events;
+mod progress_feed;
+mod streamed_sheets;
+mod workbooks;
