@@ -11,7 +11,7 @@ PG := $(CURDIR)/.ci/pg.sh
 # cargo-leptos, wasm-bindgen (cargo install) and wasm-opt (npm binaryen) live here.
 export PATH := $(HOME)/.cargo/bin:$(CURDIR)/end2end/node_modules/.bin:$(PATH)
 
-.PHONY: tools db run test bench fmt clean-db
+.PHONY: tools db run test bench fmt clean-db sqlx
 
 tools:
 	bash .ci/tools.sh
@@ -33,6 +33,20 @@ DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" conveyor_e2e)" \
   cargo leptos end-to-end $(2)
 endef
 
+# `.sqlx/` holds what `sqlx::query!` checks each query against (builds are offline:
+# .cargo/config.toml). After changing a query or a migration, `make sqlx` writes it again from a
+# freshly migrated database; `make test` fails while it is stale.
+define sqlx_prepare
+"$(PG)" recreate "$(TEST_PG_DIR)" conveyor_sqlx
+DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" conveyor_sqlx)"; export DATABASE_URL
+cargo sqlx migrate run --source migrations
+cargo sqlx prepare --workspace $(1) -- --all-targets
+endef
+
+sqlx: tools
+	PG_FAST=1 "$(PG)" start "$(TEST_PG_DIR)"
+	$(call sqlx_prepare,)
+
 test: tools
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
@@ -44,6 +58,7 @@ test: tools
 	trap 'exit 130' INT TERM
 	trap '"$(PG)" stop "$(TEST_PG_DIR)"' EXIT
 	PG_FAST=1 "$(PG)" start "$(TEST_PG_DIR)"
+	$(call sqlx_prepare,--check)
 	CONVEYOR_TEST_DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" postgres)" cargo test --workspace
 	$(call e2e,debug,)
 	$(call e2e,release,--release)

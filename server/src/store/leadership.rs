@@ -29,8 +29,10 @@ impl Duty {
 /// Whether this transaction now leads `duty` (until it ends); `false` when another process's
 /// round holds it.
 pub async fn lead(conn: &mut PgConnection, duty: Duty) -> sqlx::Result<bool> {
-    sqlx::query_scalar("select pg_try_advisory_xact_lock($1)")
-        .bind(duty.key())
-        .fetch_one(conn)
-        .await
+    sqlx::query_scalar!(
+        r#"select pg_try_advisory_xact_lock($1) as "led!""#,
+        duty.key()
+    )
+    .fetch_one(conn)
+    .await
 }

@@ -276,7 +276,16 @@ impl Expired {
 /// Frees the items of live jobs whose lease expired, in the caller's transaction (a chunk out
 /// of attempts becomes `failed` with `reason`); returns them.
 pub async fn free_expired(conn: &mut PgConnection, reason: &str) -> sqlx::Result<Vec<Expired>> {
-    let mut freed: Vec<Expired> = states::chunk::expire_leases(&mut *conn, reason).await?;
+    let chunks = states::chunk::expire_leases(&mut *conn, reason).await?;
+    let mut freed: Vec<Expired> = chunks
+        .into_iter()
+        .map(|chunk| Expired {
+            job_id: chunk.job_id,
+            chunk_no: Some(chunk.chunk_no),
+            attempts: chunk.attempts,
+            max_attempts: chunk.max_attempts,
+        })
+        .collect();
     let steps: Vec<Expired> = sqlx::query_as(
         "update jobs set lease_owner = null, lease_expires_at = null, last_error = $1
          where status = any($2) and lease_expires_at < now()

@@ -6,7 +6,9 @@
 //! apalis-postgres is pinned to an exact version (`Cargo.toml`) because these statements rely
 //! on its table layout: `job_type`, `idempotency_key`, `status` (`Pending`, `Queued`,
 //! `Running`, `Done`, `Failed`, `Killed`), `lock_at`, `done_at`, `run_at`, `attempts`,
-//! `max_attempts`. The `schema_pins` test pins that layout.
+//! `max_attempts`. The `schema_pins` test pins that layout. (These statements are checked by
+//! that test, not by `sqlx::query!`: the database `.sqlx/` is made from has only our own
+//! migrations.)
 
 use std::time::Duration;
 

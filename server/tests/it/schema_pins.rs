@@ -10,9 +10,7 @@ use server::store::{
 };
 use sqlx::PgPool;
 
-mod support;
-
-use support::TestDb;
+use crate::support::TestDb;
 
 async fn labels(pool: &PgPool, type_name: &str) -> Vec<String> {
     sqlx::query_scalar(

@@ -12,14 +12,14 @@ use JobStatus::{Cancelled, Completed, Failed, Running, Waiting};
 
 /// `waiting` → `running`.
 pub async fn start(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "update jobs set status = $2, started_at = now(), version = version + 1
          where id = $1 and status = $3
          returning version",
+        id,
+        Running as JobStatus,
+        Waiting as JobStatus,
     )
-    .bind(id)
-    .bind(Running)
-    .bind(Waiting)
     .fetch_optional(conn)
     .await
 }
@@ -27,15 +27,15 @@ pub async fn start(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64
 /// `waiting`/`running` → `failed`, with a reason for people (a step that cannot succeed
 /// however often it is tried).
 pub async fn fail(conn: &mut PgConnection, id: Uuid, reason: &str) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "update jobs set status = $3, error = $2, finished_at = now(), version = version + 1
          where id = $1 and status = any($4)
          returning version",
+        id,
+        reason,
+        Failed as JobStatus,
+        &LIVE[..] as &[JobStatus],
     )
-    .bind(id)
-    .bind(reason)
-    .bind(Failed)
-    .bind(LIVE)
     .fetch_optional(conn)
     .await
 }
@@ -50,17 +50,17 @@ pub async fn seal(
     item_count: i64,
     chunks_total: i32,
 ) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "update jobs set sealed = true, row_format = $2, item_count = $3, chunks_total = $4,
              attempts = 0, last_error = null, version = version + 1
          where id = $1 and status = $5 and not sealed
          returning version",
+        id,
+        format.map(Json) as _,
+        item_count,
+        chunks_total,
+        Running as JobStatus,
     )
-    .bind(id)
-    .bind(format.map(Json))
-    .bind(item_count)
-    .bind(chunks_total)
-    .bind(Running)
     .fetch_optional(conn)
     .await
 }
@@ -76,7 +76,7 @@ pub struct ChunkCounts {
 }
 
 /// A chunk added to its job's counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkAdded {
     pub version: i64,
     /// Every chunk of an export's sealed plan is done: its file can be assembled.
@@ -90,8 +90,9 @@ pub async fn add_chunk(
     id: Uuid,
     counts: ChunkCounts,
 ) -> sqlx::Result<Option<ChunkAdded>> {
-    let added: Option<ChunkAdded> = sqlx::query_as(
-        "update jobs set
+    let added = sqlx::query_as!(
+        ChunkAdded,
+        r#"update jobs set
              item_progress = item_progress + $2 + $3,
              rows_ok = rows_ok + $2,
              rows_failed = rows_failed + $3,
@@ -100,14 +101,14 @@ pub async fn add_chunk(
              version = version + 1
          where id = $1 and status = $5
          returning version, kind = $6 and sealed and chunks_failed = 0
-             and chunks_done = chunks_total as finish_export",
+             and chunks_done = chunks_total as "finish_export!""#,
+        id,
+        counts.ok,
+        counts.failed,
+        counts.updated,
+        Running as JobStatus,
+        JobKind::Export as JobKind,
     )
-    .bind(id)
-    .bind(counts.ok)
-    .bind(counts.failed)
-    .bind(counts.updated)
-    .bind(Running)
-    .bind(JobKind::Export)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(added) = added else {
@@ -142,7 +143,7 @@ pub async fn settle(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i6
 
 /// `running` → `failed` when its rows in error passed its limit.
 async fn stop_over_row_error_limit(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "update jobs set status = $3, finished_at = now(), version = version + 1,
              error = format('Stopped after %s rows with errors, more than the limit of %s. '
                             'Fix the file and import it again.',
@@ -156,10 +157,10 @@ async fn stop_over_row_error_limit(conn: &mut PgConnection, id: Uuid) -> sqlx::R
                 -- A streamed sheet's count is only what it declares until it is sealed.
                 or sealed and rows_failed * 100.0 > max_row_errors_percent * item_count)
          returning version",
+        id,
+        Running as JobStatus,
+        Failed as JobStatus,
     )
-    .bind(id)
-    .bind(Running)
-    .bind(Failed)
     .fetch_optional(conn)
     .await
 }
@@ -168,9 +169,9 @@ async fn stop_over_row_error_limit(conn: &mut PgConnection, id: Uuid) -> sqlx::R
 /// chunk of its sealed plan is done or failed. An export whose chunks are all done goes on to
 /// its finish step instead ([`complete_export`]).
 async fn end_if_all_chunks_ended(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "update jobs set
-             status = case when chunks_failed = 0 then $3 else $4 end,
+             status = case when chunks_failed = 0 then $3::job_status else $4 end,
              error = case when chunks_failed = 0 then error
                           else format('%s of %s parts could not be processed (each was tried %s '
                                       'times); see the parts below. Retry the job to run them '
@@ -181,12 +182,12 @@ async fn end_if_all_chunks_ended(conn: &mut PgConnection, id: Uuid) -> sqlx::Res
            and chunks_done + chunks_failed = chunks_total
            and (kind = $5 or chunks_failed > 0)
          returning version",
+        id,
+        Running as JobStatus,
+        Completed as JobStatus,
+        Failed as JobStatus,
+        JobKind::Import as JobKind,
     )
-    .bind(id)
-    .bind(Running)
-    .bind(Completed)
-    .bind(Failed)
-    .bind(JobKind::Import)
     .fetch_optional(conn)
     .await
 }
@@ -194,13 +195,13 @@ async fn end_if_all_chunks_ended(conn: &mut PgConnection, id: Uuid) -> sqlx::Res
 /// Counts a chunk of a `running` job that ran out of attempts; the job ends (`failed`) when it
 /// was the last one outstanding.
 pub async fn add_failed_chunk(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
-    let counted: Option<i64> = sqlx::query_scalar(
+    let counted: Option<i64> = sqlx::query_scalar!(
         "update jobs set chunks_failed = chunks_failed + 1, version = version + 1
          where id = $1 and status = $2
          returning version",
+        id,
+        Running as JobStatus,
     )
-    .bind(id)
-    .bind(Running)
     .fetch_optional(&mut *conn)
     .await?;
     match counted {
@@ -218,18 +219,18 @@ pub async fn complete_export(
     id: Uuid,
     result_upload_id: Uuid,
 ) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "update jobs set status = $3, result_upload_id = $2, finished_at = now(),
              version = version + 1
          where id = $1 and kind = $5 and status = $4 and sealed
            and chunks_done = chunks_total and result_upload_id is null
          returning version",
+        id,
+        result_upload_id,
+        Completed as JobStatus,
+        Running as JobStatus,
+        JobKind::Export as JobKind,
     )
-    .bind(id)
-    .bind(result_upload_id)
-    .bind(Completed)
-    .bind(Running)
-    .bind(JobKind::Export)
     .fetch_optional(conn)
     .await
 }
@@ -241,7 +242,7 @@ pub async fn cancel(
     id: Uuid,
     acts: Sees,
 ) -> sqlx::Result<Vec<(Uuid, i64)>> {
-    sqlx::query_as(
+    let cancelled = sqlx::query!(
         "update jobs set status = $3, finished_at = now(), version = version + 1
          where status = any($4)
            and (id = $1 and ($2::uuid is null or owner = $2)
@@ -249,13 +250,17 @@ pub async fn cancel(
                     select 1 from jobs p where p.id = $1 and p.status = any($4)
                         and ($2::uuid is null or p.owner = $2)))
          returning id, version",
+        id,
+        acts.owner_filter(),
+        Cancelled as JobStatus,
+        &LIVE[..] as &[JobStatus],
     )
-    .bind(id)
-    .bind(acts.owner_filter())
-    .bind(Cancelled)
-    .bind(LIVE)
     .fetch_all(conn)
-    .await
+    .await?;
+    Ok(cancelled
+        .into_iter()
+        .map(|job| (job.id, job.version))
+        .collect())
 }
 
 /// `failed`/`cancelled` → `waiting` (a job whose items are still kept; not a batch): what it had
@@ -265,7 +270,7 @@ pub async fn retry(conn: &mut PgConnection, id: Uuid, acts: Sees) -> sqlx::Resul
     chunk::lock_unfinished(conn, id, acts).await?;
     // Back to `waiting`: it starts again only when no earlier job with its serialize key is
     // live, and its plan step (which starts a planned job at once) goes first.
-    let version: Option<i64> = sqlx::query_scalar(
+    let version: Option<i64> = sqlx::query_scalar!(
         "update jobs set status = $3,
              error = null, finished_at = null, chunks_failed = 0, attempts = 0,
              run_after = now(), last_error = null, lease_owner = null, lease_expires_at = null,
@@ -273,12 +278,12 @@ pub async fn retry(conn: &mut PgConnection, id: Uuid, acts: Sees) -> sqlx::Resul
          where id = $1 and status = any($4) and items_pruned_at is null
            and kind <> $5 and ($2::uuid is null or owner = $2)
          returning version",
+        id,
+        acts.owner_filter(),
+        Waiting as JobStatus,
+        &[Failed, Cancelled] as &[JobStatus],
+        JobKind::Batch as JobKind,
     )
-    .bind(id)
-    .bind(acts.owner_filter())
-    .bind(Waiting)
-    .bind([Failed, Cancelled])
-    .bind(JobKind::Batch)
     .fetch_optional(&mut *conn)
     .await?;
     if version.is_some() {
@@ -293,16 +298,16 @@ pub async fn seal_batch(
     id: Uuid,
     acts: Sees,
 ) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "update jobs set sealed = true, version = version + 1
          where id = $1 and kind = $3 and status = $4 and not sealed
            and ($2::uuid is null or owner = $2)
          returning version",
+        id,
+        acts.owner_filter(),
+        JobKind::Batch as JobKind,
+        Running as JobStatus,
     )
-    .bind(id)
-    .bind(acts.owner_filter())
-    .bind(JobKind::Batch)
-    .bind(Running)
     .fetch_optional(conn)
     .await
 }
@@ -310,9 +315,9 @@ pub async fn seal_batch(
 /// Every sealed `running` batch whose children have all ended → `completed` if they all
 /// completed, else `failed`. Returns each with its new version.
 pub async fn settle_batches(conn: &mut PgConnection) -> sqlx::Result<Vec<(Uuid, i64)>> {
-    sqlx::query_as(
+    let settled = sqlx::query!(
         "update jobs p set finished_at = now(), version = version + 1,
-             status = case when bad.n = 0 then $3 else $4 end,
+             status = case when bad.n = 0 then $3::job_status else $4 end,
              error = case when bad.n = 0 then null
                           else format('%s of its jobs did not complete.', bad.n) end
          from (select b.id, (select count(*) from jobs c
@@ -324,12 +329,16 @@ pub async fn settle_batches(conn: &mut PgConnection) -> sqlx::Result<Vec<(Uuid, 
                for update of b skip locked) bad
          where p.id = bad.id
          returning p.id, p.version",
+        JobKind::Batch as JobKind,
+        Running as JobStatus,
+        Completed as JobStatus,
+        Failed as JobStatus,
+        &LIVE[..] as &[JobStatus],
     )
-    .bind(JobKind::Batch)
-    .bind(Running)
-    .bind(Completed)
-    .bind(Failed)
-    .bind(LIVE)
     .fetch_all(conn)
-    .await
+    .await?;
+    Ok(settled
+        .into_iter()
+        .map(|job| (job.id, job.version))
+        .collect())
 }
