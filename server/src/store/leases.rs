@@ -135,31 +135,37 @@ pub async fn acquire(
 /// Extends a lease still held. `false` when it was lost, or the job is no longer live
 /// (cancelled, failed): the run must stop.
 pub async fn renew(pool: &PgPool, lease: &Lease, ttl: Duration) -> sqlx::Result<bool> {
-    let sql = match lease.item {
-        Item::Step(_) => {
-            "update jobs set lease_expires_at = now() + make_interval(secs => $4)
-             where id = $1 and $2::integer is null and lease_owner = $3
-             returning status = any($5)"
+    let ttl = ttl.as_secs_f64();
+    let live = match lease.item {
+        Item::Step(job_id) => {
+            sqlx::query_scalar!(
+                r#"update jobs set lease_expires_at = now() + make_interval(secs => $3)
+               where id = $1 and lease_owner = $2
+               returning status = any($4) as "live!""#,
+                job_id,
+                lease.owner,
+                ttl,
+                &LIVE[..] as &[JobStatus],
+            )
+            .fetch_optional(pool)
+            .await?
         }
-        Item::Chunk { .. } => {
-            "update job_chunks c set lease_expires_at = now() + make_interval(secs => $4)
-             from jobs j
-             where c.job_id = $1 and c.chunk_no = $2 and c.lease_owner = $3 and j.id = c.job_id
-             returning j.status = any($5)"
+        Item::Chunk { job_id, chunk_no } => {
+            sqlx::query_scalar!(
+                r#"update job_chunks c set lease_expires_at = now() + make_interval(secs => $4)
+               from jobs j
+               where c.job_id = $1 and c.chunk_no = $2 and c.lease_owner = $3 and j.id = c.job_id
+               returning j.status = $5 as "live!""#,
+                job_id,
+                chunk_no,
+                lease.owner,
+                ttl,
+                JobStatus::Running as JobStatus,
+            )
+            .fetch_optional(pool)
+            .await?
         }
     };
-    let live_while = match lease.item {
-        Item::Step(_) => &LIVE[..],
-        Item::Chunk { .. } => &[JobStatus::Running],
-    };
-    let live: Option<bool> = sqlx::query_scalar(sql)
-        .bind(lease.item.job_id())
-        .bind(lease.item.chunk_no())
-        .bind(&lease.owner)
-        .bind(ttl.as_secs_f64())
-        .bind(live_while)
-        .fetch_optional(pool)
-        .await?;
     Ok(live == Some(true))
 }
 
@@ -168,24 +174,31 @@ pub async fn renew(pool: &PgPool, lease: &Lease, ttl: Duration) -> sqlx::Result<
 /// attempts in its own transaction (a chunk marked done and its lease freed, a plan sealed with
 /// the attempts reset, an export's finish begun with a fresh lease), so nothing is lost here.
 pub async fn release(pool: &PgPool, lease: &Lease) -> sqlx::Result<()> {
-    let sql = match lease.item {
-        Item::Step(_) => {
-            "update jobs set lease_owner = null, lease_expires_at = null,
+    match lease.item {
+        Item::Step(job_id) => {
+            sqlx::query!(
+                "update jobs set lease_owner = null, lease_expires_at = null,
                  attempts = greatest(attempts - 1, 0)
-             where id = $1 and $2::integer is null and lease_owner = $3"
+             where id = $1 and lease_owner = $2",
+                job_id,
+                lease.owner,
+            )
+            .execute(pool)
+            .await?
         }
-        Item::Chunk { .. } => {
-            "update job_chunks set lease_owner = null, lease_expires_at = null,
+        Item::Chunk { job_id, chunk_no } => {
+            sqlx::query!(
+                "update job_chunks set lease_owner = null, lease_expires_at = null,
                  attempts = greatest(attempts - 1, 0)
-             where job_id = $1 and chunk_no = $2 and lease_owner = $3"
+             where job_id = $1 and chunk_no = $2 and lease_owner = $3",
+                job_id,
+                chunk_no,
+                lease.owner,
+            )
+            .execute(pool)
+            .await?
         }
     };
-    sqlx::query(sql)
-        .bind(lease.item.job_id())
-        .bind(lease.item.chunk_no())
-        .bind(&lease.owner)
-        .execute(pool)
-        .await?;
     Ok(())
 }
 
@@ -212,15 +225,15 @@ pub async fn record_failure(
     let out = lease.attempt >= lease.max_attempts;
     let recorded = match lease.item {
         Item::Step(job_id) => {
-            sqlx::query(
+            sqlx::query!(
                 "update jobs set lease_owner = null, lease_expires_at = null, last_error = $3,
-                 run_after = now() + make_interval(secs => $4)
-             where id = $1 and lease_owner = $2",
+                     run_after = now() + make_interval(secs => $4)
+                 where id = $1 and lease_owner = $2",
+                job_id,
+                lease.owner,
+                error,
+                backoff.as_secs_f64(),
             )
-            .bind(job_id)
-            .bind(&lease.owner)
-            .bind(error)
-            .bind(backoff.as_secs_f64())
             .execute(conn)
             .await?
             .rows_affected()
@@ -242,18 +255,18 @@ pub async fn record_failure(
 /// pushes in its transaction, with the step's lease free (the plan that queues it may still
 /// hold it) and fresh attempts.
 pub async fn next_step(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<Uuid> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "update jobs set ticket = gen_random_uuid(), lease_owner = null, lease_expires_at = null,
              attempts = 0, last_error = null, run_after = now()
          where id = $1 returning ticket",
+        job_id
     )
-    .bind(job_id)
     .fetch_one(conn)
     .await
 }
 
 /// An item whose holder stopped renewing its lease (killed, machine gone, or stalled).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expired {
     pub job_id: Uuid,
     pub chunk_no: Option<i32>,
@@ -286,14 +299,15 @@ pub async fn free_expired(conn: &mut PgConnection, reason: &str) -> sqlx::Result
             max_attempts: chunk.max_attempts,
         })
         .collect();
-    let steps: Vec<Expired> = sqlx::query_as(
-        "update jobs set lease_owner = null, lease_expires_at = null, last_error = $1
-         where status = any($2) and lease_expires_at < now()
-         returning id as job_id, null::integer as chunk_no, attempts,
-             max_failures_per_item as max_attempts",
+    let steps = sqlx::query_as!(
+        Expired,
+        r#"update jobs set lease_owner = null, lease_expires_at = null, last_error = $1
+           where status = any($2) and lease_expires_at < now()
+           returning id as job_id, null::integer as "chunk_no?", attempts,
+               max_failures_per_item as max_attempts"#,
+        reason,
+        &LIVE[..] as &[JobStatus],
     )
-    .bind(reason)
-    .bind(LIVE)
     .fetch_all(&mut *conn)
     .await?;
     freed.extend(steps);
