@@ -49,8 +49,13 @@ test: tools
 	$(call e2e,release,--release)
 
 # Import/export speed against raw COPY on this machine; ROWS=… (default 1,000,000) and
-# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile runs one part.
+# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile|xml runs one
+# part. The xml part (last; no database, no server) times our XLSX XML tokenizer against
+# quick-xml, each reading a workbook made like the XLSX part's (spreadsheet::xlsx::measure).
+XML_BENCH := cargo test --release -p server --lib spreadsheet::xlsx::measure -- --ignored --nocapture
+
 bench: tools
+	if [ "$(ONLY)" = xml ]; then XLSX_ROWS="$(XLSX_ROWS)" $(XML_BENCH); exit; fi
 	cargo leptos build --release
 	trap '"$(PG)" stop "$(BENCH_PG_DIR)"' EXIT
 	"$(PG)" start "$(BENCH_PG_DIR)"
@@ -58,6 +63,7 @@ bench: tools
 	python3 server/benches/import.py --server "$(CURDIR)/target/release/server" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench" \
 	  $(if $(ROWS),--rows $(ROWS)) $(if $(XLSX_ROWS),--xlsx-rows $(XLSX_ROWS)) $(if $(ONLY),--only $(ONLY))
+	if [ -z "$(ONLY)" ]; then XLSX_ROWS="$(XLSX_ROWS)" $(XML_BENCH); fi
 
 fmt:
 	cargo fmt --all
