@@ -11,7 +11,7 @@ PG := $(CURDIR)/.ci/pg.sh
 # cargo-leptos, wasm-bindgen (cargo install) and wasm-opt (npm binaryen) live here.
 export PATH := $(HOME)/.cargo/bin:$(CURDIR)/end2end/node_modules/.bin:$(PATH)
 
-.PHONY: tools db run test bench fmt clean-db
+.PHONY: tools db run test bench fuzz fmt clean-db
 
 tools:
 	bash .ci/tools.sh
@@ -64,6 +64,20 @@ bench: tools
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench" \
 	  $(if $(ROWS),--rows $(ROWS)) $(if $(XLSX_ROWS),--xlsx-rows $(XLSX_ROWS)) $(if $(ONLY),--only $(ONLY))
 	if [ -z "$(ONLY)" ]; then XLSX_ROWS="$(XLSX_ROWS)" $(XML_BENCH); fi
+
+# Fuzzes the XLSX reader's XML tokenizer with libFuzzer for FUZZ_SECONDS (default 300), starting
+# from the checked-in seeds (server/tests/fixtures/xlsx-seeds/); a crash lands in
+# server/fuzz/artifacts/. A single allocation past 4 MB fails it (the target's token cap is
+# 1 MB). Needs the nightly toolchain; installs cargo-fuzz when missing.
+FUZZ_VERSION := 0.13.2
+fuzz:
+	if [ "$$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $(FUZZ_VERSION)" ]; then
+	  cargo install cargo-fuzz --version $(FUZZ_VERSION) --locked
+	fi
+	mkdir -p server/fuzz/corpus/xml_tokenizer
+	cd server/fuzz && cargo +nightly fuzz run xml_tokenizer corpus/xml_tokenizer \
+	  ../tests/fixtures/xlsx-seeds -- -max_total_time=$(or $(FUZZ_SECONDS),300) \
+	  -malloc_limit_mb=4 -rss_limit_mb=1024
 
 fmt:
 	cargo fmt --all
