@@ -54,7 +54,7 @@ test: tools
 # quick-xml, each reading a workbook made like the XLSX part's (spreadsheet::xlsx::measure).
 XML_BENCH := cargo test --release -p server --lib spreadsheet::xlsx::measure -- --ignored --nocapture
 
-bench: tools
+bench: $(if $(filter xml,$(ONLY)),,tools)
 	if [ "$(ONLY)" = xml ]; then XLSX_ROWS="$(XLSX_ROWS)" $(XML_BENCH); exit; fi
 	cargo leptos build --release
 	trap '"$(PG)" stop "$(BENCH_PG_DIR)"' EXIT

@@ -5,13 +5,14 @@
 //! shapes (`<v>42</v></c>`, `<is><t>text</t></is></c>`) in one step ([`XmlReader::simple_text`]).
 //!
 //! Measured against quick-xml 0.42 (calamine's reader) driving the same cell loop
-//! (`super::measure`, `make bench ONLY=xml`), on `make bench`'s 200,000-row, 10-column workbook
-//! (97.6 MB of sheet XML), medians of 7 runs on the 2-core development machine under load
-//! (2026-11-23): from the zip, ours 256,000 rows/s (0.78 s) against quick-xml's 113,000
-//! (1.77 s); from the XML already unpacked, 319,000 against 128,000. quick-xml takes 2.3–2.5
-//! times as long (with or without its end-tag checks): it turns every tag, text and reference
-//! into an event and checks each event's UTF-8, where a cell here is a few slices. So we keep
-//! ours, and fuzz it (the property tests here and in `super::properties`).
+//! (`super::measure`, `make bench ONLY=xml`) on `make bench`'s 200,000-row, 10-column workbook
+//! (97.6 MB of sheet XML); three runs, each of medians of 7, on the 2-core development machine
+//! with other builds going on (load average 6-7; 2026-11-23). From the zip, ours 256,000-270,000
+//! rows/s (0.74-0.78 s) against quick-xml's 106,000-113,000 (1.77-1.88 s); from the XML already
+//! unpacked, 230,000-319,000 against 92,000-128,000. quick-xml takes 2.3-2.6 times as long,
+//! with or without its end-tag checks: it turns every tag, text and reference into an event and
+//! checks each event's UTF-8, where a cell here is a few slices. So we keep ours, and fuzz it
+//! (the property tests here and in `super::properties`, and `make fuzz`).
 //!
 //! It reads well-formed XML as spreadsheet programs write it: tags with quoted attributes,
 //! text, CDATA, comments and processing instructions. A DOCTYPE is refused (XLSX never has
