@@ -15,9 +15,10 @@
 //! (the property tests here and in `super::properties`, and `make fuzz`).
 //!
 //! It reads well-formed XML as spreadsheet programs write it: tags with quoted attributes,
-//! text, CDATA, comments and processing instructions. A DOCTYPE is refused (XLSX never has
-//! one, and entity declarations are how XML bombs work); namespace prefixes are dropped, so
-//! `<x:c>` is `c`.
+//! text, CDATA, comments and processing instructions; line breaks in text as XML reads them
+//! (`\r\n` and `\r` are `\n`). A DOCTYPE is refused (XLSX never has one, and entity
+//! declarations are how XML bombs work); namespace prefixes are dropped, so `<x:c>` is `c`; no
+//! token may outgrow the cap the reader is made with.
 
 use std::io::{self, Read};
 
