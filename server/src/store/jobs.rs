@@ -174,7 +174,7 @@ pub struct Options {
 }
 
 /// A job just inserted, and the ticket of its first message (see [`super::leases`]).
-#[derive(Debug, Clone, Copy, sqlx::FromRow)]
+#[derive(Debug, Clone, Copy)]
 pub struct NewJob {
     pub id: Uuid,
     pub ticket: Uuid,
@@ -205,28 +205,29 @@ pub async fn insert(
         NewKind::Import { upload_id, sheet } => (JobKind::Import, Some(upload_id), sheet, None),
         NewKind::Export { format } => (JobKind::Export, None, None, Some(format)),
     };
-    sqlx::query_as(
+    sqlx::query_as!(
+        NewJob,
         "insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, format,
                            max_failures_per_item, max_row_errors, max_row_errors_percent,
                            dedupe_key, serialize_key, parent_id, callback_url)
          values ($1, $2, $3, $4, $5, $6, $7, coalesce($8, 5), $9, $10, $11, $12, $13, $14)
          on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
          returning id, ticket",
+        Uuid::now_v7(),
+        kind as JobKind,
+        owner,
+        upload_id,
+        dataset_id,
+        sheet,
+        format as Option<ExportFormat>,
+        options.max_failures_per_item,
+        options.max_row_errors,
+        options.max_row_errors_percent as _,
+        options.dedupe_key,
+        options.serialize_key,
+        options.parent_id,
+        options.callback_url,
     )
-    .bind(Uuid::now_v7())
-    .bind(kind)
-    .bind(owner)
-    .bind(upload_id)
-    .bind(dataset_id)
-    .bind(sheet)
-    .bind(format)
-    .bind(options.max_failures_per_item)
-    .bind(options.max_row_errors)
-    .bind(options.max_row_errors_percent)
-    .bind(&options.dedupe_key)
-    .bind(&options.serialize_key)
-    .bind(options.parent_id)
-    .bind(&options.callback_url)
     .fetch_optional(conn)
     .await
 }
@@ -238,18 +239,19 @@ pub async fn insert_batch(
     owner: Uuid,
     options: &Options,
 ) -> sqlx::Result<Option<NewJob>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        NewJob,
         "insert into jobs (id, kind, owner, status, started_at, dedupe_key, callback_url)
          values ($1, $5, $2, $6, now(), $3, $4)
          on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
          returning id, ticket",
+        Uuid::now_v7(),
+        owner,
+        options.dedupe_key,
+        options.callback_url,
+        JobKind::Batch as JobKind,
+        JobStatus::Running as JobStatus,
     )
-    .bind(Uuid::now_v7())
-    .bind(owner)
-    .bind(&options.dedupe_key)
-    .bind(&options.callback_url)
-    .bind(JobKind::Batch)
-    .bind(JobStatus::Running)
     .fetch_optional(conn)
     .await
 }
@@ -257,15 +259,15 @@ pub async fn insert_batch(
 /// Whether `id` is `owner`'s batch still taking children; holds it (against a concurrent
 /// seal) until the transaction ends.
 pub async fn lock_open_batch(conn: &mut PgConnection, id: Uuid, owner: Uuid) -> sqlx::Result<bool> {
-    let open: Option<bool> = sqlx::query_scalar(
-        "select true from jobs where id = $1 and owner = $2 and kind = $3
+    let open = sqlx::query_scalar!(
+        r#"select true as "open!" from jobs where id = $1 and owner = $2 and kind = $3
              and status = $4 and not sealed
-         for share",
+         for share"#,
+        id,
+        owner,
+        JobKind::Batch as JobKind,
+        JobStatus::Running as JobStatus,
     )
-    .bind(id)
-    .bind(owner)
-    .bind(JobKind::Batch)
-    .bind(JobStatus::Running)
     .fetch_optional(conn)
     .await?;
     Ok(open.is_some())
@@ -274,10 +276,12 @@ pub async fn lock_open_batch(conn: &mut PgConnection, id: Uuid, owner: Uuid) -> 
 /// Holds, until the transaction ends, the lock that orders creates with the same serialize
 /// key: job sequence numbers (`seq`) then follow commit order, so "earlier" is well defined.
 pub async fn lock_serialize_key(conn: &mut PgConnection, key: &str) -> sqlx::Result<()> {
-    sqlx::query("select pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind(key)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "select 1 as locked from pg_advisory_xact_lock(hashtextextended($1, 0))",
+        key
+    )
+    .fetch_one(conn)
+    .await?;
     Ok(())
 }
 
@@ -287,11 +291,13 @@ pub async fn find_deduped(
     owner: Uuid,
     dedupe_key: &str,
 ) -> sqlx::Result<Option<Uuid>> {
-    sqlx::query_scalar("select id from jobs where owner = $1 and dedupe_key = $2")
-        .bind(owner)
-        .bind(dedupe_key)
-        .fetch_optional(conn)
-        .await
+    sqlx::query_scalar!(
+        "select id from jobs where owner = $1 and dedupe_key = $2",
+        owner,
+        dedupe_key,
+    )
+    .fetch_optional(conn)
+    .await
 }
 
 /// Whether `owner` now has more than `limit` jobs waiting or running, counted in the caller's
@@ -302,23 +308,25 @@ pub async fn over_active_limit(
     owner: Uuid,
     limit: i64,
 ) -> sqlx::Result<bool> {
-    sqlx::query("select pg_advisory_xact_lock(hashtextextended('active jobs:' || $1::text, 0))")
-        .bind(owner)
-        .execute(&mut *conn)
-        .await?;
-    let active: i64 =
-        sqlx::query_scalar("select count(*) from jobs where owner = $1 and status = any($2)")
-            .bind(owner)
-            .bind(LIVE)
-            .fetch_one(&mut *conn)
-            .await?;
+    sqlx::query!(
+        "select 1 as locked from pg_advisory_xact_lock(hashtextextended('active jobs:' || $1, 0))",
+        owner.to_string(),
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let active = sqlx::query_scalar!(
+        r#"select count(*) as "active!" from jobs where owner = $1 and status = any($2)"#,
+        owner,
+        &LIVE[..] as &[JobStatus],
+    )
+    .fetch_one(&mut *conn)
+    .await?;
     Ok(active > limit)
 }
 
 /// Whose job it is.
 pub async fn owner_of(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Uuid> {
-    sqlx::query_scalar("select owner from jobs where id = $1")
-        .bind(id)
+    sqlx::query_scalar!("select owner from jobs where id = $1", id,)
         .fetch_one(conn)
         .await
 }
@@ -407,15 +415,15 @@ pub async fn set_format(
     sheet: &str,
     declared_rows: Option<i64>,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "update jobs set row_format = $2, sheet = $3, item_count = coalesce($4, item_count)
          where id = $1 and status = $5 and not sealed",
+        id,
+        Json(format) as _,
+        sheet,
+        declared_rows,
+        JobStatus::Running as JobStatus,
     )
-    .bind(id)
-    .bind(Json(format))
-    .bind(sheet)
-    .bind(declared_rows)
-    .bind(JobStatus::Running)
     .execute(conn)
     .await?;
     Ok(())
