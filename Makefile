@@ -11,7 +11,7 @@ PG := $(CURDIR)/.ci/pg.sh
 # cargo-leptos, wasm-bindgen (cargo install) and wasm-opt (npm binaryen) live here.
 export PATH := $(HOME)/.cargo/bin:$(CURDIR)/end2end/node_modules/.bin:$(PATH)
 
-.PHONY: tools db run test e2e bench fmt clean-db
+.PHONY: tools db run test e2e bench fuzz fmt clean-db sqlx
 
 tools:
 	bash .ci/tools.sh
@@ -33,6 +33,20 @@ CONVEYOR_SERVER_BIN="$(CURDIR)/target/$(1)/server" \
   playwright test --config end2end/playwright.config.ts $(3)
 endef
 
+# `.sqlx/` holds what `sqlx::query!` checks each query against (builds are offline:
+# .cargo/config.toml). After changing a query or a migration, `make sqlx` writes it again from a
+# freshly migrated database; `make test` fails while it is stale.
+define sqlx_prepare
+"$(PG)" recreate "$(TEST_PG_DIR)" conveyor_sqlx
+DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" conveyor_sqlx)"; export DATABASE_URL
+cargo sqlx migrate run --source migrations
+cargo sqlx prepare --workspace $(1) -- --all-targets
+endef
+
+sqlx: tools
+	PG_FAST=1 "$(PG)" start "$(TEST_PG_DIR)"
+	$(call sqlx_prepare,)
+
 test: tools
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
@@ -44,6 +58,7 @@ test: tools
 	trap 'exit 130' INT TERM
 	trap '"$(PG)" stop "$(TEST_PG_DIR)"' EXIT
 	PG_FAST=1 "$(PG)" start "$(TEST_PG_DIR)"
+	$(call sqlx_prepare,--check)
 	export CONVEYOR_TEST_DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" postgres)"
 	cargo test --workspace
 	$(call e2e,debug,)
@@ -57,8 +72,13 @@ e2e: tools
 	$(call e2e,$(if $(RELEASE),release,debug),$(if $(RELEASE),--release),$(SPEC))
 
 # Import/export speed against raw COPY on this machine; ROWS=… (default 1,000,000) and
-# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile runs one part.
-bench: tools
+# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile|xml runs one
+# part. The xml part (last; no database, no server) times our XLSX XML tokenizer against
+# quick-xml, each reading a workbook made like the XLSX part's (spreadsheet::xlsx::measure).
+XML_BENCH := cargo test --release -p server --lib spreadsheet::xlsx::measure -- --ignored --nocapture
+
+bench: $(if $(filter xml,$(ONLY)),,tools)
+	if [ "$(ONLY)" = xml ]; then XLSX_ROWS="$(XLSX_ROWS)" $(XML_BENCH); exit; fi
 	cargo leptos build --release
 	trap '"$(PG)" stop "$(BENCH_PG_DIR)"' EXIT
 	"$(PG)" start "$(BENCH_PG_DIR)"
@@ -66,6 +86,21 @@ bench: tools
 	python3 server/benches/import.py --server "$(CURDIR)/target/release/server" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench" \
 	  $(if $(ROWS),--rows $(ROWS)) $(if $(XLSX_ROWS),--xlsx-rows $(XLSX_ROWS)) $(if $(ONLY),--only $(ONLY))
+	if [ -z "$(ONLY)" ]; then XLSX_ROWS="$(XLSX_ROWS)" $(XML_BENCH); fi
+
+# Fuzzes the XLSX reader's XML tokenizer with libFuzzer for FUZZ_SECONDS (default 300), starting
+# from the checked-in seeds (server/tests/fixtures/xlsx-seeds/); a crash lands in
+# server/fuzz/artifacts/. A single allocation past 4 MB fails it (the target's token cap is
+# 1 MB). Needs the nightly toolchain; installs cargo-fuzz when missing.
+FUZZ_VERSION := 0.13.2
+fuzz:
+	if [ "$$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $(FUZZ_VERSION)" ]; then
+	  cargo install cargo-fuzz --version $(FUZZ_VERSION) --locked
+	fi
+	mkdir -p server/fuzz/corpus/xml_tokenizer
+	cd server/fuzz && cargo +nightly fuzz run xml_tokenizer corpus/xml_tokenizer \
+	  ../tests/fixtures/xlsx-seeds -- -max_total_time=$(or $(FUZZ_SECONDS),300) \
+	  -malloc_limit_mb=4 -rss_limit_mb=1024
 
 fmt:
 	cargo fmt --all

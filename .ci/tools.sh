@@ -46,6 +46,13 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$BINDGEN_VER
     CARGO_PROFILE_RELEASE_LTO=false cargo install --path . --locked)
 fi
 
+SQLX_VERSION=$(awk '/^name = "sqlx"$/{getline; gsub(/[^0-9.]/,""); print; exit}' Cargo.lock)
+if [ "$(cargo-sqlx --version 2>/dev/null | awk '{print $2}')" != "$SQLX_VERSION" ]; then
+  log "building sqlx-cli $SQLX_VERSION (checks the queries' offline data, .sqlx/)"
+  cargo install sqlx-cli --version "$SQLX_VERSION" --no-default-features \
+    --features postgres,rustls --locked
+fi
+
 if [ ! -x /usr/bin/chromium ]; then
   log "installing Debian chromium"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium

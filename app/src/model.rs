@@ -5,9 +5,14 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-/// What a job does.
+/// What a job does. On the server, also the `job_kind` type of PostgreSQL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(
+    feature = "ssr",
+    derive(sqlx::Type),
+    sqlx(type_name = "job_kind", rename_all = "lowercase")
+)]
 pub enum JobKind {
     Import,
     Export,
@@ -15,9 +20,15 @@ pub enum JobKind {
     Batch,
 }
 
-/// Where a job is in its life. See `docs/architecture.md` for the state diagram.
+/// Where a job is in its life; on the server, also the `job_status` type of PostgreSQL. The
+/// state diagram and every transition are in the server's `store::states`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(
+    feature = "ssr",
+    derive(sqlx::Type),
+    sqlx(type_name = "job_status", rename_all = "lowercase")
+)]
 pub enum JobStatus {
     Waiting,
     Running,
@@ -27,7 +38,7 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
-    /// The word stored in the database and shown in the job list.
+    /// The word in the API, the database and the job list.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Waiting => "waiting",
@@ -38,22 +49,39 @@ impl JobStatus {
         }
     }
 
-    /// Parses the database word; `None` for anything else.
-    pub fn parse(word: &str) -> Option<Self> {
-        [
-            Self::Waiting,
-            Self::Running,
-            Self::Completed,
-            Self::Failed,
-            Self::Cancelled,
-        ]
-        .into_iter()
-        .find(|status| status.as_str() == word)
-    }
-
     /// Whether the job can still change.
     pub fn is_finished(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+/// The file an export writes. On the server, also the `export_format` type of PostgreSQL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[cfg_attr(
+    feature = "ssr",
+    derive(sqlx::Type),
+    sqlx(type_name = "export_format", rename_all = "lowercase")
+)]
+pub enum ExportFormat {
+    Csv,
+    Xlsx,
+}
+
+impl ExportFormat {
+    /// The word in the API and the file name's extension.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Csv => "csv",
+            Self::Xlsx => "xlsx",
+        }
+    }
+
+    /// Parses the API's word; `None` for anything else.
+    pub fn parse(word: &str) -> Option<Self> {
+        [Self::Csv, Self::Xlsx]
+            .into_iter()
+            .find(|format| format.as_str() == word)
     }
 }
 
@@ -161,8 +189,8 @@ pub struct JobView {
     pub error: Option<String>,
     pub filename: Option<String>,
     pub dataset: Option<String>,
-    /// An export's file format: `csv` or `xlsx`.
-    pub format: Option<String>,
+    /// An export's file format.
+    pub format: Option<ExportFormat>,
     /// Where a finished export's file is downloaded.
     pub result_url: Option<String>,
     pub created_at: DateTime<Utc>,
@@ -309,7 +337,10 @@ impl JobView {
             JobKind::Export => format!(
                 "Export of {} as {}",
                 self.dataset.as_deref().unwrap_or("a dataset"),
-                self.format.as_deref().unwrap_or("csv").to_uppercase()
+                self.format
+                    .unwrap_or(ExportFormat::Csv)
+                    .as_str()
+                    .to_uppercase()
             ),
         }
     }
@@ -532,14 +563,6 @@ mod tests {
         assert_eq!(done.speed_line().unwrap(), "Took 2 min 5 s (80 rows/s)");
         assert_eq!(duration(0.42), "0.4 s");
         assert_eq!(duration(7300.0), "2 h 1 min");
-    }
-
-    #[test]
-    fn status_words_round_trip() {
-        for word in ["waiting", "running", "completed", "failed", "cancelled"] {
-            assert_eq!(JobStatus::parse(word).unwrap().as_str(), word);
-        }
-        assert_eq!(JobStatus::parse("done"), None);
     }
 
     #[test]

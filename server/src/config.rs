@@ -245,7 +245,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "CONVEYOR_CHUNK_ROWS", default_value_t = DEFAULT_CHUNK_ROWS)]
     pub chunk_rows: usize,
     /// Seconds between heartbeats: a running chunk renews its lease (and notices a cancel),
-    /// and the reaper looks for expired leases and items without a queue message.
+    /// and the maintenance duties look for expired leases, items without a queue message and
+    /// batches to settle.
     #[arg(long, env = "CONVEYOR_HEARTBEAT_SECS", default_value_t = 1.0)]
     pub heartbeat_secs: f64,
     /// Seconds a lease lasts without renewal: a chunk whose worker died is run again by

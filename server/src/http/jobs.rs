@@ -25,7 +25,7 @@ use crate::{
 };
 
 static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
-use app::model::JobView;
+use app::model::{ExportFormat, JobView};
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -80,7 +80,7 @@ enum What<'a> {
     },
     Export {
         dataset: &'a str,
-        format: &'a str,
+        format: ExportFormat,
     },
     Batch,
 }
@@ -112,8 +112,7 @@ impl CreateJob {
                 sheet: self.sheet()?,
             },
             "export" => {
-                let format = self.format.as_deref().unwrap_or("csv");
-                create::check_format(format)?;
+                let format = create::parse_format(self.format.as_deref().unwrap_or("csv"))?;
                 What::Export {
                     dataset: dataset("An export needs \"dataset\": the dataset to export.")?,
                     format,

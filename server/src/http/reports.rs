@@ -98,7 +98,7 @@ pub async fn xlsx(
         output::csv_to_xlsx(&columns, "errors", LongText::Cut, input, out).map(drop)
     });
     tokio::spawn(async move {
-        if let Ok(Err(err)) = work.await {
+        if let Err(err) = work.await {
             tracing::warn!(%id, "error report as XLSX failed: {err}");
         }
     });

@@ -1,6 +1,7 @@
 //! `GET /api/jobs/{id}/result`: the file a finished export produced, streamed from storage
 //! with its name and type.
 
+use app::model::ExportFormat;
 use axum::{
     body::Body,
     extract::{Path, State, rejection::PathRejection},
@@ -42,12 +43,11 @@ pub async fn download(
     let upload = uploads::find(&state.pool, upload_id, Sees::Everything)
         .await?
         .ok_or_else(|| no_such_job(id))?;
-    let content_type = if format == "xlsx" {
-        XLSX_TYPE
-    } else {
-        CSV_TYPE
+    let content_type = match format {
+        ExportFormat::Xlsx => XLSX_TYPE,
+        ExportFormat::Csv => CSV_TYPE,
     };
-    let disposition = disposition::attachment(&format!("{dataset}.{format}"));
+    let disposition = disposition::attachment(&format!("{dataset}.{}", format.as_str()));
     let body = uploads::stream(state.pool.clone(), upload_id).map_err(std::io::Error::other);
     Ok((
         [

@@ -41,7 +41,7 @@ pub async fn create(
             limits,
             std::pin::pin!(field.map_err(|err| match multipart_error(err, limit) {
                 ApiError::TooLarge(_) => UploadError::TooLarge { limit },
-                other => UploadError::Body(other.to_string()),
+                other => UploadError::Body(std::io::Error::other(other.to_string())),
             })),
         )
         .await?;

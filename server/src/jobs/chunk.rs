@@ -24,8 +24,10 @@ use crate::{
     store::{
         chunks::{self, Recorded},
         datasets, errors,
-        jobs::{self, ChunkCounts, ImportJob},
-        notify, uploads,
+        jobs::{self, ImportJob},
+        notify,
+        states::{self, job::ChunkCounts},
+        uploads,
     },
 };
 
@@ -62,22 +64,21 @@ pub async fn run(
     let found = parsed.rows.len() + parsed.errors.len();
     if found != chunk.row_count as usize {
         // The bytes no longer read as planned: no retry can fix that.
-        let reason = format!(
+        return Err(TaskError::Refused(format!(
             "Part {} of the file could not be read back as planned ({found} rows instead of {}).",
             chunk_no + 1,
             chunk.row_count
-        );
-        return super::fail(pool, job_id, &reason).await;
+        )));
     }
 
     if run.stop.is_cancelled() {
-        return Ok(());
+        return Err(TaskError::Stopped);
     }
     let mut tx = pool.begin().await?;
     if !chunks::claim(&mut tx, job_id, chunk_no, &run.lease.owner).await? {
         return Ok(());
     }
-    chunks::mark_done(&mut tx, job_id, chunk_no).await?;
+    states::chunk::done(&mut tx, job_id, chunk_no).await?;
     write(tx, job_id, &job, keyed, &parsed, run.stop).await
 }
 
@@ -88,11 +89,8 @@ pub struct Streamed {
     pub bytes: Vec<u8>,
 }
 
-/// How writing a streamed chunk ended: `Ok(Err(reason))` if the job cannot go on.
-pub type Written = Result<Result<(), String>, TaskError>;
-
 /// Writes a streamed chunk's rows and records it done, unless an earlier run of the stream
-/// did. `Ok(Err(reason))` if that run cut the stream differently (the job cannot go on).
+/// did; refused if that run cut the stream differently (the job cannot go on).
 pub async fn run_streamed(
     engine: &Engine,
     job_id: Uuid,
@@ -100,7 +98,7 @@ pub async fn run_streamed(
     format: Arc<RowFormat>,
     chunk: Streamed,
     stop: &CancellationToken,
-) -> Written {
+) -> Result<(), TaskError> {
     let Streamed {
         chunk_no,
         span,
@@ -109,25 +107,25 @@ pub async fn run_streamed(
     let keyed = format.key.is_some();
     let parsed = tokio::task::spawn_blocking(move || csv::rows_of(&span, &bytes, &format)).await?;
     if stop.is_cancelled() {
-        return Ok(Ok(()));
+        return Err(TaskError::Stopped);
     }
     let mut tx = engine.pool.begin().await?;
     match chunks::record_done(&mut tx, job_id, chunk_no, &span).await? {
         Recorded::New => {}
-        Recorded::Before => return Ok(Ok(())),
-        Recorded::Different => return Ok(Err(cut_differently(chunk_no))),
+        Recorded::Before => return Ok(()),
+        Recorded::Different => return Err(cut_differently(chunk_no)),
     }
-    write(tx, job_id, job, keyed, &parsed, stop).await.map(Ok)
+    write(tx, job_id, job, keyed, &parsed, stop).await
 }
 
 /// Why a streamed import cannot go on when an earlier run cut its sheet into other chunks: the
 /// rows of the chunks it recorded would not line up with this run's.
-pub fn cut_differently(chunk_no: i32) -> String {
-    format!(
+pub fn cut_differently(chunk_no: i32) -> TaskError {
+    TaskError::Refused(format!(
         "Part {} of the sheet was cut differently by an earlier run of this import (are workers \
          running with different CONVEYOR_CHUNK_ROWS?). Import the file again.",
         chunk_no + 1
-    )
+    ))
 }
 
 /// Writes a done chunk's rows, row errors and counts, then commits, unless the job ended
@@ -161,7 +159,7 @@ async fn write(
         .await?;
     }
     errors::insert(&mut tx, job_id, &parsed.errors).await?;
-    let Some(added) = jobs::add_chunk(&mut tx, job_id, counts).await? else {
+    let Some(added) = states::job::add_chunk(&mut tx, job_id, counts).await? else {
         // The job ended while we worked (failed or cancelled): write nothing.
         tx.rollback().await?;
         return Ok(());
@@ -171,7 +169,7 @@ async fn write(
         // Stopped while writing (the job was cancelled, the lease lost, the process is
         // stopping): this run counts for nothing.
         tx.rollback().await?;
-        return Ok(());
+        return Err(TaskError::Stopped);
     }
     tx.commit().await?;
     Ok(())

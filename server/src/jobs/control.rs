@@ -1,14 +1,15 @@
 //! What people do to a running or finished job: cancel it (a batch with its children), retry
 //! what it did not do, seal a batch. Each is one transition in one transaction with its
-//! notifications; the workers notice a cancel at their next heartbeat, the reaper queues what a
-//! retry made due and ends a sealed batch whose children have ended.
+//! notifications; the workers notice a cancel at their next heartbeat, and maintenance
+//! (`jobs::maintenance`) queues what a retry made due and ends a sealed batch whose children
+//! have ended.
 
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::{
     auth::Sees,
-    store::{jobs, notify},
+    store::{jobs, notify, states},
 };
 
 /// What became of a request to cancel or retry.
@@ -62,9 +63,9 @@ async fn transition(
     // Every job changed, with its new version (a cancelled batch takes its children along).
     let this_job = |version: Option<i64>| version.map(|v| (job_id, v)).into_iter().collect();
     let changed: Vec<(Uuid, i64)> = match transition {
-        Transition::Cancel => jobs::cancel(&mut tx, job_id, acts).await?,
-        Transition::Retry { .. } => this_job(jobs::retry(&mut tx, job_id, acts).await?),
-        Transition::Seal => this_job(jobs::seal_batch(&mut tx, job_id, acts).await?),
+        Transition::Cancel => states::job::cancel(&mut tx, job_id, acts).await?,
+        Transition::Retry { .. } => this_job(states::job::retry(&mut tx, job_id, acts).await?),
+        Transition::Seal => this_job(states::job::seal_batch(&mut tx, job_id, acts).await?),
     };
     if changed.is_empty() {
         tx.rollback().await?;

@@ -4,14 +4,16 @@ use app::model::JobView;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
-use super::queue::{self, Priority, TaskMsg};
 use crate::{
     auth::Sees,
     spreadsheet::schema,
     store::{
         datasets,
         jobs::{self, NewJob, NewKind, Options},
-        notify, uploads,
+        notify,
+        queue::{self, Priority, TaskMsg},
+        states::ExportFormat,
+        uploads,
     },
 };
 
@@ -81,10 +83,9 @@ pub async fn export(
     pool: &PgPool,
     owner: Uuid,
     dataset: &str,
-    format: &str,
+    format: ExportFormat,
     options: &Options,
 ) -> Result<Created, CreateError> {
-    check_format(format)?;
     let options = with_dataset_order(options, owner, dataset);
     let mut tx = pool.begin().await?;
     jobs::lock_serialize_key(
@@ -102,15 +103,13 @@ pub async fn export(
     queue_first_task(pool, tx, owner, &options, inserted, plan).await
 }
 
-/// An export's file format: `csv` or `xlsx`.
-pub fn check_format(format: &str) -> Result<(), CreateError> {
-    if matches!(format, "csv" | "xlsx") {
-        Ok(())
-    } else {
-        Err(CreateError::Invalid(format!(
-            "Unknown format \"{format}\": use \"csv\" or \"xlsx\"."
-        )))
-    }
+/// An export's file format from its word in a request.
+pub fn parse_format(word: &str) -> Result<ExportFormat, CreateError> {
+    ExportFormat::parse(word).ok_or_else(|| {
+        CreateError::Invalid(format!(
+            "Unknown format \"{word}\": use \"csv\" or \"xlsx\"."
+        ))
+    })
 }
 
 /// Creates a batch: a parent for imports and exports created with its id as `parentId`. It
@@ -118,7 +117,7 @@ pub fn check_format(format: &str) -> Result<(), CreateError> {
 pub async fn batch(pool: &PgPool, owner: Uuid, options: &Options) -> Result<Created, CreateError> {
     let mut tx = pool.begin().await?;
     let inserted = jobs::insert_batch(&mut tx, owner, options).await?;
-    // A batch has no task of its own: the reaper ends it.
+    // A batch has no task of its own: batch settlement (`maintenance::batches`) ends it.
     queue_first_task(pool, tx, owner, options, inserted, |_| None).await
 }
 

@@ -15,16 +15,13 @@ use rust_xlsxwriter::XlsxError;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{
-    Engine, Run, TaskError, pipe,
-    queue::{self, Priority, TaskMsg},
-};
+use super::{Engine, Run, TaskError, pipe};
 use crate::{
     spreadsheet::output::{self, LongText, MAX_XLSX_ROWS},
     store::{
-        chunks, datasets, exports,
-        jobs::{self, ChunkCounts},
-        leases, notify,
+        chunks, datasets, exports, jobs, leases, notify,
+        queue::{self, Priority, TaskMsg},
+        states::{self, ExportFormat, job::ChunkCounts},
         uploads::{self, UploadError, UploadLimits},
     },
 };
@@ -34,9 +31,9 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     let Some(job) = jobs::lock_export_job(&mut tx, job_id).await? else {
         return Ok(());
     };
-    let started = jobs::start(&mut tx, job_id).await?;
+    let started = states::job::start(&mut tx, job_id).await?;
     if job.sealed {
-        // Planned already: a retried export starts again here; the reaper queues its chunks.
+        // Planned already: a retried export starts again here; `maintenance::requeue` queues its chunks.
         if let Some(version) = started {
             notify::job_changed(&mut tx, job_id, version).await?;
             tx.commit().await?;
@@ -50,18 +47,16 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     let chunk_rows = engine.chunk_rows.max(1) as i64;
     let ranges = exports::plan_ranges(&mut tx, job.dataset_id, chunk_rows).await?;
     let rows: i64 = ranges.iter().map(|r| i64::from(r.row_count)).sum();
-    if job.format == "xlsx" && rows > MAX_XLSX_ROWS {
-        tx.rollback().await?;
-        let reason = format!(
+    if job.format == ExportFormat::Xlsx && rows > MAX_XLSX_ROWS {
+        return Err(TaskError::Refused(format!(
             "The dataset has {rows} rows, more than an Excel sheet holds ({MAX_XLSX_ROWS}). \
              Export it as CSV instead."
-        );
-        return super::fail(&engine.pool, job_id, &reason).await;
+        )));
     }
     notify::job_changed(&mut tx, job_id, version).await?;
     exports::insert_chunks(&mut tx, job_id, &ranges).await?;
     let chunks_total = ranges.len() as i32;
-    let Some(version) = jobs::seal(&mut tx, job_id, None, rows, chunks_total).await? else {
+    let Some(version) = states::job::seal(&mut tx, job_id, None, rows, chunks_total).await? else {
         return Ok(());
     };
     let tasks: Vec<(TaskMsg, Uuid)> = if ranges.is_empty() {
@@ -106,9 +101,11 @@ pub async fn chunk(
     if rows.len() != range.row_count as usize {
         // An import wrote into the range, or a re-import moved rows out of it, since the
         // plan: a file written now would silently miss or repeat rows.
-        let reason = "The dataset changed while it was being exported (an import wrote to it). \
-                      Export it again.";
-        return super::fail(pool, job_id, reason).await;
+        return Err(TaskError::Refused(
+            "The dataset changed while it was being exported (an import wrote to it). Export it \
+             again."
+                .into(),
+        ));
     }
     let count = rows.len() as i64;
     let part = tokio::task::spawn_blocking(move || output::rows_csv(&columns, &rows)).await?;
@@ -121,12 +118,12 @@ pub async fn chunk(
         return Ok(());
     }
     exports::insert_part(&mut tx, job_id, chunk_no, &part).await?;
-    chunks::mark_done(&mut tx, job_id, chunk_no).await?;
+    states::chunk::done(&mut tx, job_id, chunk_no).await?;
     let counts = ChunkCounts {
         ok: count,
         ..ChunkCounts::default()
     };
-    let Some(added) = jobs::add_chunk(&mut tx, job_id, counts).await? else {
+    let Some(added) = states::job::add_chunk(&mut tx, job_id, counts).await? else {
         tx.rollback().await?;
         return Ok(());
     };
@@ -169,15 +166,17 @@ pub async fn finish(
     };
     let header = output::header_csv(&columns);
     let csv = futures::stream::iter([Ok(header)]).chain(exports::parts(pool, job_id));
-    let filename = format!("{}.{}", job.dataset, job.format);
+    let filename = format!("{}.{}", job.dataset, job.format.as_str());
     let csv = Box::pin(pipe::until_stopped(
         Box::pin(csv.map_err(std::io::Error::other)),
         stop.clone(),
     ));
-    let saved = if job.format == "xlsx" {
+    let saved = if job.format == ExportFormat::Xlsx {
         let sheet = sheet_name(&job.dataset);
         let (xlsx, written) = pipe::convert(csv, move |input, out| {
-            output::csv_to_xlsx(&columns, &sheet, LongText::Refuse, input, out).map(drop)
+            output::csv_to_xlsx(&columns, &sheet, LongText::Refuse, input, out)
+                .map(drop)
+                .map_err(refusal_of)
         });
         let save = uploads::save(
             pool,
@@ -193,32 +192,16 @@ pub async fn finish(
             Err(UploadError::Database(err)) => return Err(err.into()),
             other => other,
         };
-        match written? {
-            Ok(()) => {}
-            Err(XlsxError::IoError(err)) => return Err(err.into()),
-            // The data cannot be written as XLSX however often we try.
-            Err(XlsxError::MaxStringLengthExceeded) => {
-                let reason = format!(
-                    "A cell holds more than {} characters, more than Excel allows. Export the \
-                     dataset as CSV instead.",
-                    output::MAX_XLSX_CELL_CHARS
-                );
-                return super::fail(pool, job_id, &reason).await;
-            }
-            Err(other) => {
-                let reason = format!("The XLSX file could not be written: {other}.");
-                return super::fail(pool, job_id, &reason).await;
-            }
-        }
+        written?;
         saved
     } else {
         let limits = UploadLimits::NONE;
         uploads::save(pool, job.owner, &filename, Some(CSV_TYPE), limits, csv).await
     };
-    let saved = saved.map_err(std::io::Error::other)?;
+    let saved = saved?;
 
     let mut tx = pool.begin().await?;
-    match jobs::complete_export(&mut tx, job_id, saved.id).await? {
+    match states::job::complete_export(&mut tx, job_id, saved.id).await? {
         Some(version) => {
             exports::delete_parts(&mut tx, job_id).await?;
             notify::job_changed(&mut tx, job_id, version).await?;
@@ -232,6 +215,20 @@ pub async fn finish(
         }
     }
     Ok(())
+}
+
+/// Why the rows could not be written as XLSX: the disk or pipe (tried again), or the data,
+/// which no attempt can fix.
+fn refusal_of(err: XlsxError) -> TaskError {
+    match err {
+        XlsxError::IoError(err) => err.into(),
+        XlsxError::MaxStringLengthExceeded => TaskError::Refused(format!(
+            "A cell holds more than {} characters, more than Excel allows. Export the dataset as \
+             CSV instead.",
+            output::MAX_XLSX_CELL_CHARS
+        )),
+        other => TaskError::Refused(format!("The XLSX file could not be written: {other}.")),
+    }
 }
 
 pub const CSV_TYPE: &str = "text/csv; charset=utf-8";

@@ -1,12 +1,6 @@
 //! The job engine. PostgreSQL is the truth; apalis only delivers task messages, at least once.
-//!
-//! ```text
-//!             POST /api/jobs                 plan task                 last chunk task
-//!  (none) ──────────────────▶ waiting ─────────────────▶ running ─────────────────────▶ completed
-//!                                │                        │  │
-//!                                │ file unusable          │  └── file unusable ───────▶ failed
-//!                                └────────────────────────┴─────────────────────────▶ failed
-//! ```
+//! A job's states and every transition between them are in [`crate::store::states`] (with the
+//! diagram); this module runs the tasks that make those transitions.
 //!
 //! - Creating a job writes the job row and its plan task in one transaction ([`create`]).
 //! - The plan task ([`plan`]) reads a CSV file once, records every chunk and the row count,
@@ -19,8 +13,7 @@
 //! - An export ([`export`]) runs the same states with its own tasks: plan (key ranges of the
 //!   dataset), one chunk task per range (rendered rows, behind the same done-gate), and a finish
 //!   task that assembles the file and completes the job.
-//! - Every transition names the state it expects and sends `job_progress` (see
-//!   [`crate::store::notify`]).
+//! - Every transition sends `job_progress` in its transaction (see [`crate::store::notify`]).
 
 pub mod callbacks;
 pub mod chunk;
@@ -29,16 +22,16 @@ pub mod convert;
 pub mod create;
 mod error;
 pub mod export;
+mod format;
+pub mod maintenance;
 pub mod pipe;
 pub mod plan;
-pub mod queue;
-pub mod reaper;
 pub mod sheet;
 pub mod worker;
 
 use std::path::PathBuf;
 
-pub use error::TaskError;
+pub use error::{Cause, TaskError};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -46,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::WorkerArgs,
-    store::{jobs, leases::Lease, notify},
+    store::{leases::Lease, notify, states},
 };
 
 /// A chunk's run: the lease it holds (its commit checks it) and the signal to stop at the
@@ -81,11 +74,11 @@ impl Engine {
     }
 }
 
-/// Fails a job for good, with a reason for the person who started it (a task that cannot
+/// Fails a job for good, with a reason for the person who started it (a task refused: it cannot
 /// succeed however often it is retried).
-async fn fail(pool: &PgPool, job_id: Uuid, reason: &str) -> Result<(), TaskError> {
+async fn fail(pool: &PgPool, job_id: Uuid, reason: &str) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
-    if let Some(version) = jobs::fail(&mut tx, job_id, reason).await? {
+    if let Some(version) = states::job::fail(&mut tx, job_id, reason).await? {
         notify::job_changed(&mut tx, job_id, version).await?;
     }
     tx.commit().await?;

@@ -9,6 +9,7 @@ use tokio::{sync::mpsc, task::JoinError};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
+use super::error::stopped_io;
 use crate::store::uploads::PART_BYTES;
 
 /// A blocking `Read` over parts sent from async code.
@@ -67,11 +68,10 @@ impl PartWriter {
         self.send_part()
     }
 
-    /// Tells the receiver the file is incomplete.
-    pub fn abort(self, why: &str) {
-        let _ = self
-            .parts
-            .blocking_send(Err(io::Error::other(why.to_owned())));
+    /// Tells the receiver the file is incomplete (the writer's caller says why).
+    pub fn abort(self) {
+        let cut = io::Error::new(io::ErrorKind::UnexpectedEof, "the file was not finished");
+        let _ = self.parts.blocking_send(Err(cut));
     }
 
     fn send_part(&mut self) -> io::Result<()> {
@@ -103,19 +103,17 @@ impl Write for PartWriter {
 /// A stream of parts coming out of blocking code.
 pub type Parts = ReceiverStream<io::Result<Vec<u8>>>;
 
-/// How a conversion ended: `Err` if its thread panicked, else what it returned.
-pub type Outcome<E> = Result<Result<(), E>, JoinError>;
-
 /// A blocking conversion from one stream of parts to another: `input` is fed to `convert` as
 /// a `Read`, and what it writes comes out of the returned stream. The returned future does the
 /// work (feeding the input, then waiting for `convert`): join it with whatever consumes the
 /// stream, or spawn it. If `convert` fails, the stream ends with an error item, so the output
-/// is never taken for whole, and the future tells why.
-pub fn convert<S, F, E>(input: S, convert: F) -> (Parts, impl Future<Output = Outcome<E>>)
+/// is never taken for whole, and the future tells why (a panic as an `io::Error` holding the
+/// `JoinError`).
+pub fn convert<S, F, E>(input: S, convert: F) -> (Parts, impl Future<Output = Result<(), E>>)
 where
     S: Stream<Item = io::Result<Vec<u8>>> + Unpin,
     F: FnOnce(PartReader, &mut PartWriter) -> Result<(), E> + Send + 'static,
-    E: std::fmt::Display + From<io::Error> + Send + 'static,
+    E: From<io::Error> + Send + 'static,
 {
     let (out_tx, out_rx) = mpsc::channel(2);
     let work = read_with(input, move |input| {
@@ -123,11 +121,16 @@ where
         match convert(input, &mut out) {
             Ok(()) => Ok(out.finish()?),
             Err(err) => {
-                out.abort(&err.to_string());
+                out.abort();
                 Err(err)
             }
         }
     });
+    let work = async move {
+        work.await
+            .map_err(|panicked| E::from(io::Error::other(panicked)))
+            .and_then(|ended| ended)
+    };
     (ReceiverStream::new(out_rx), work)
 }
 
@@ -162,13 +165,9 @@ where
     futures::stream::unfold(Some((parts, stop)), |state| async move {
         let (mut parts, stop) = state?;
         if stop.is_cancelled() {
-            return Some((Err(io::Error::other(STOPPED)), None));
+            return Some((Err(stopped_io()), None));
         }
         let item = parts.next().await?;
         Some((item, Some((parts, stop))))
     })
 }
-
-/// Why a stopped stream ended.
-pub const STOPPED: &str =
-    "stopped: the job was cancelled, its lease lost, or the worker is stopping";

@@ -6,7 +6,7 @@
 //!
 //! This all runs as the job's plan task, under its lease. A chunk is recorded done in the
 //! transaction that writes its rows, so a run that dies half-way leaves only whole chunks, and
-//! the next run (the reaper queues it once the lease runs out) converts the sheet again and
+//! the next run (re-queued once the lease runs out) converts the sheet again and
 //! skips them: rows count once. The plan is sealed, with the row count, at the end.
 //!
 //! What this gives up: a sheet found damaged part-way fails its job with the rows before the
@@ -14,7 +14,10 @@
 
 use std::{io::BufReader, sync::Arc};
 
-use tokio::{sync::mpsc, task::JoinSet};
+use tokio::{
+    sync::mpsc,
+    task::{JoinError, JoinSet},
+};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -22,7 +25,8 @@ use super::{
     Engine, TaskError,
     chunk::{self, Streamed},
     convert::{self, Conversion, Ended},
-    pipe, plan,
+    error::stopped_io,
+    format,
 };
 use crate::{
     auth::Sees,
@@ -34,7 +38,7 @@ use crate::{
     store::{
         chunks, datasets,
         jobs::{self, ImportJob},
-        notify, uploads,
+        notify, states, uploads,
     },
 };
 
@@ -49,12 +53,6 @@ enum Found {
     Chunk { span: ChunkSpan, bytes: Vec<u8> },
 }
 
-/// Why the stream stopped early: the file's fault (the job fails), or ours (the run is retried).
-enum Stopped {
-    File(String),
-    Task(TaskError),
-}
-
 pub async fn run(
     engine: &Engine,
     job_id: Uuid,
@@ -66,7 +64,7 @@ pub async fn run(
         .await?
         .ok_or(sqlx::Error::RowNotFound)?;
     if let Some(reason) = convert::too_large(upload.size as u64) {
-        return super::fail(pool, job_id, &reason.to_string()).await;
+        return Err(TaskError::Refused(reason.to_string()));
     }
     let recorded = chunks::recorded(pool, job_id).await?;
 
@@ -78,11 +76,7 @@ pub async fn run(
         let Some(announced) = convert::read_announcement(&mut input)? else {
             return Ok(None);
         };
-        let send = |found| {
-            found_tx
-                .blocking_send(found)
-                .map_err(|_| std::io::Error::other(pipe::STOPPED))
-        };
+        let send = |found| found_tx.blocking_send(found).map_err(|_| stopped_io());
         send(Found::Announced(announced))?;
         let plan = csv::scan_each(input, chunk_rows, |scanned| {
             Ok(send(match scanned {
@@ -107,15 +101,16 @@ pub async fn run(
         running: JoinSet::new(),
     };
     let mut announced = None;
-    let mut format: Option<Arc<RowFormat>> = None;
+    let mut row_format: Option<Arc<RowFormat>> = None;
     let mut chunks_total = 0i32;
     // The newest chunk waits for the next one: the last is written only once the converter
-    // has exited cleanly (a converter that dies may have cut its last row short).
+    // has exited cleanly (a converter that dies may have cut its last row short). The loop
+    // ends with why the stream must stop early, if it must.
     let mut held: Option<Streamed> = None;
-    let stopped = loop {
+    let stopped: Option<TaskError> = loop {
         let next = tokio::select! {
             biased;
-            () = stop.cancelled() => break Some(Stopped::Task(stopped_run())),
+            () = stop.cancelled() => break Some(TaskError::Stopped),
             next = found.recv() => next,
         };
         let Some(next) = next else { break None };
@@ -123,32 +118,27 @@ pub async fn run(
             Found::Announced(converted) => announced = Some(converted),
             Found::Header { delimiter, columns } => {
                 let Some(announced) = &announced else {
-                    break Some(Stopped::Task(
-                        std::io::Error::other("the header came before the announcement").into(),
-                    ));
+                    break Some(out_of_order("the header came before the announcement"));
                 };
                 match start_format(engine, job_id, job, delimiter, columns, announced).await {
-                    Ok(Ok(ready)) => format = Some(Arc::new(ready)),
-                    Ok(Err(reason)) => break Some(Stopped::File(reason)),
-                    Err(err) => break Some(Stopped::Task(err)),
+                    Ok(ready) => row_format = Some(Arc::new(ready)),
+                    Err(err) => break Some(err),
                 }
             }
             Found::Chunk { span, bytes } => {
                 let chunk_no = chunks_total;
                 chunks_total += 1;
                 if span.first_row + i64::from(span.row_count) > datasets::MAX_ROW_NO {
-                    break Some(Stopped::File(plan::too_many_rows()));
+                    break Some(format::too_many_rows());
                 }
-                let Some(format) = format.clone() else {
-                    break Some(Stopped::Task(
-                        std::io::Error::other("a chunk came before the header").into(),
-                    ));
+                let Some(format) = row_format.clone() else {
+                    break Some(out_of_order("a chunk came before the header"));
                 };
                 if let Some(&before) = recorded.get(&chunk_no) {
                     if chunks::cut_alike(before, &span) {
                         continue;
                     }
-                    break Some(Stopped::File(chunk::cut_differently(chunk_no)));
+                    break Some(chunk::cut_differently(chunk_no));
                 }
                 let chunk = Streamed {
                     chunk_no,
@@ -174,37 +164,35 @@ pub async fn run(
     let ended = conversion.finish().await?;
     if stopped.is_none()
         && let (Ended::Converted, Ok(Some(_))) = (&ended, &scanned)
-        && let (Some(last), Some(format)) = (held, &format)
+        && let (Some(last), Some(format)) = (held, &row_format)
     {
         stopped = writers.write(last, format).await;
         stopped = stopped.or(writers.wait_all().await);
     }
 
     if stop.is_cancelled() {
-        return Err(stopped_run());
+        return Err(TaskError::Stopped);
     }
     let plan = match (stopped, ended, scanned) {
-        (Some(Stopped::Task(err)), ..) => return Err(err),
-        (Some(Stopped::File(reason)), ..) | (None, Ended::Refused(reason), _) => {
-            return super::fail(pool, job_id, &reason).await;
-        }
+        (Some(err), ..) => return Err(err),
+        (None, Ended::Refused(reason), _) => return Err(TaskError::Refused(reason)),
         // The child ended early because the reader did (a CSV it cannot use): the reader says why.
         (None, _, Err(ScanError::File(reason))) => {
-            return super::fail(pool, job_id, &reason.to_string()).await;
+            return Err(TaskError::Refused(reason.to_string()));
         }
-        (None, Ended::Died(reason), _) => return super::fail(pool, job_id, &reason).await,
+        (None, Ended::Died(reason), _) => return Err(TaskError::Refused(reason)),
         (None, Ended::Converted, Err(ScanError::Io(err))) => return Err(err.into()),
         (None, Ended::Converted, Ok(None)) => {
-            return Err(std::io::Error::other("the converter announced no sheet").into());
+            return Err(out_of_order("the converter announced no sheet"));
         }
         (None, Ended::Converted, Ok(Some(plan))) => plan,
     };
-    seal(engine, job_id, format, plan, chunks_total).await
+    seal(engine, job_id, row_format, plan, chunks_total).await
 }
 
-/// The error of a run told to stop.
-fn stopped_run() -> TaskError {
-    std::io::Error::other(pipe::STOPPED).into()
+/// The converter spoke out of turn: a fault of ours (the run is tried again), not the file's.
+fn out_of_order(what: &'static str) -> TaskError {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, what).into()
 }
 
 /// The chunks being written, at most [`IN_FLIGHT`] at once.
@@ -213,13 +201,13 @@ struct Writers<'a> {
     job_id: Uuid,
     job: &'a ImportJob,
     stop: &'a CancellationToken,
-    running: JoinSet<chunk::Written>,
+    running: JoinSet<Result<(), TaskError>>,
 }
 
 impl Writers<'_> {
     /// Starts writing `chunk` once there is room; why the stream must stop, if a chunk that
     /// ended meanwhile says so.
-    async fn write(&mut self, chunk: Streamed, format: &Arc<RowFormat>) -> Option<Stopped> {
+    async fn write(&mut self, chunk: Streamed, format: &Arc<RowFormat>) -> Option<TaskError> {
         if self.running.len() >= IN_FLIGHT
             && let Some(stopped) = joined(self.running.join_next().await)
         {
@@ -234,7 +222,7 @@ impl Writers<'_> {
     }
 
     /// Waits for every chunk being written; the first reason to stop, if any.
-    async fn wait_all(&mut self) -> Option<Stopped> {
+    async fn wait_all(&mut self) -> Option<TaskError> {
         let mut stopped = None;
         while let Some(result) = self.running.join_next().await {
             stopped = stopped.or(joined(Some(result)));
@@ -244,17 +232,15 @@ impl Writers<'_> {
 }
 
 /// A chunk's end: `None` if it was written (or skipped), else why the stream must stop.
-fn joined(result: Option<Result<chunk::Written, tokio::task::JoinError>>) -> Option<Stopped> {
-    match result? {
-        Ok(Ok(Ok(()))) => None,
-        Ok(Ok(Err(reason))) => Some(Stopped::File(reason)),
-        Ok(Err(err)) => Some(Stopped::Task(err)),
-        Err(err) => Some(Stopped::Task(err.into())),
-    }
+fn joined(ended: Option<Result<Result<(), TaskError>, JoinError>>) -> Option<TaskError> {
+    ended?
+        .map_err(TaskError::from)
+        .and_then(|written| written)
+        .err()
 }
 
 /// Lines the sheet's header up with the dataset and records the format (and the sheet
-/// chosen) before any chunk is written; `Ok(Err(reason))` if the header does not fit.
+/// chosen) before any chunk is written; refused if the header does not fit.
 async fn start_format(
     engine: &Engine,
     job_id: Uuid,
@@ -262,7 +248,7 @@ async fn start_format(
     delimiter: u8,
     columns: Vec<String>,
     announced: &Converted,
-) -> Result<Result<RowFormat, String>, TaskError> {
+) -> Result<RowFormat, TaskError> {
     let plan = Plan {
         delimiter,
         header_row: announced.header_row,
@@ -271,10 +257,7 @@ async fn start_format(
         chunks: Vec::new(),
     };
     let mut tx = engine.pool.begin().await?;
-    let format = match plan::row_format(&mut tx, job.dataset_id, &plan).await? {
-        Ok(format) => format,
-        Err(reason) => return Ok(Err(reason)),
-    };
+    let format = format::row_format(&mut tx, job.dataset_id, &plan).await?;
     jobs::set_format(
         &mut tx,
         job_id,
@@ -284,7 +267,7 @@ async fn start_format(
     )
     .await?;
     tx.commit().await?;
-    Ok(Ok(format))
+    Ok(format)
 }
 
 /// Records the row and chunk counts; the job ends at once, as its chunks are all written.
@@ -296,7 +279,7 @@ async fn seal(
     chunks_total: i32,
 ) -> Result<(), TaskError> {
     let mut tx = engine.pool.begin().await?;
-    let Some(mut version) = jobs::seal(
+    let Some(mut version) = states::job::seal(
         &mut tx,
         job_id,
         format.as_deref(),
@@ -307,7 +290,7 @@ async fn seal(
     else {
         return Ok(());
     };
-    if let Some(ended) = jobs::settle(&mut tx, job_id).await? {
+    if let Some(ended) = states::job::settle(&mut tx, job_id).await? {
         version = ended;
     }
     notify::job_changed(&mut tx, job_id, version).await?;

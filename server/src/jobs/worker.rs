@@ -1,5 +1,5 @@
 //! Running workers: apalis fetches task messages from PostgreSQL and hands them to
-//! [`handle`]; [`Runner`] runs each under a lease; [`super::reaper`] replaces what is lost;
+//! [`handle`]; [`Runner`] runs each under a lease; [`super::maintenance`] replaces what is lost;
 //! [`super::callbacks`] sends completion callbacks from a loop of its own.
 //!
 //! A message only says "this item may be due". The run takes the item's lease (counting an
@@ -28,22 +28,19 @@ use tokio::task::JoinSet;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use uuid::Uuid;
 
-use super::{
-    Engine, Run, TaskError, callbacks, chunk, export, plan,
-    queue::{QUEUE, TaskMsg},
-    reaper,
-};
+use super::{Engine, Run, TaskError, chunk, export, maintenance, plan};
 use crate::{
     config::WorkerArgs,
     incident,
     store::{
-        jobs,
         leases::{self, AfterFailure, Item, Lease},
         notify,
+        queue::{QUEUE, TaskMsg},
+        states,
     },
 };
 
-/// Runs workers and the reaper until `shutdown` fires, then drains (see the module docs).
+/// Runs workers and the maintenance duties until `shutdown` fires, then drains (see the module docs).
 pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken) {
     let process = format!(
         "{}-{}-{}",
@@ -68,19 +65,7 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
             shutdown.clone(),
         ));
     }
-    let (items, jobs) = args.retention();
-    workers.spawn(reaper::run(
-        engine.pool.clone(),
-        args.heartbeat(),
-        args.lease(),
-        reaper::Retention { items, jobs },
-        shutdown.clone(),
-    ));
-    workers.spawn(callbacks::run(
-        engine.pool.clone(),
-        args.callbacks.clone(),
-        shutdown.clone(),
-    ));
+    maintenance::spawn(&mut workers, &engine.pool, args, &shutdown);
     tracing::info!(workers = args.concurrency, %process, "workers running");
     tokio::select! {
         () = shutdown.cancelled() => {}
@@ -193,7 +178,7 @@ impl Runner {
             // Leased by another worker, done, not due, or its job has ended.
             Ok(None) => return,
             Err(err) => {
-                // The message is spent; the reaper queues the item again.
+                // The message is spent; `maintenance::requeue` queues the item again.
                 tracing::warn!(?task, "could not take the lease: {err}");
                 return;
             }
@@ -220,12 +205,19 @@ impl Runner {
             .and_then(|result| result);
         heartbeat.abort();
         let recorded = match ended {
-            // A stopped run's error was the stop: the attempt does not count.
-            Err(err) if !stop.is_cancelled() => self.record_failure(&lease, &task, &err).await,
-            _ => leases::release(pool, &lease).await,
+            Ok(()) | Err(TaskError::Stopped) => leases::release(pool, &lease).await,
+            // Whatever a run told to stop says, it was the stop: the attempt does not count.
+            Err(_) if stop.is_cancelled() => leases::release(pool, &lease).await,
+            Err(TaskError::Refused(reason)) => {
+                match super::fail(pool, lease.item.job_id(), &reason).await {
+                    Ok(()) => leases::release(pool, &lease).await,
+                    Err(err) => Err(err),
+                }
+            }
+            Err(err @ TaskError::Retry(_)) => self.record_failure(&lease, &task, &err).await,
         };
         if let Err(err) = recorded {
-            // The lease runs out and the reaper frees the item.
+            // The lease runs out and `maintenance::lease_rescue` frees the item.
             tracing::warn!(?task, "could not record the end of a run: {err}");
         }
     }
@@ -249,7 +241,7 @@ impl Runner {
         if after == AfterFailure::OutOfAttempts {
             let job_id = lease.item.job_id();
             let version = match lease.item {
-                Item::Chunk { .. } => jobs::add_failed_chunk(&mut tx, job_id).await?,
+                Item::Chunk { .. } => states::job::add_failed_chunk(&mut tx, job_id).await?,
                 Item::Step(_) => {
                     let reason = format!(
                         "The job could not be {} after {} attempts. {error}",
@@ -260,7 +252,7 @@ impl Runner {
                         },
                         lease.attempt
                     );
-                    jobs::fail(&mut tx, job_id, &reason).await?
+                    states::job::fail(&mut tx, job_id, &reason).await?
                 }
             };
             if let Some(version) = version {

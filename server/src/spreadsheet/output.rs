@@ -76,6 +76,7 @@ pub fn csv_to_xlsx(
     let bold = Format::new().set_bold();
     let date = Format::new().set_num_format("yyyy-mm-dd");
     let timestamp = Format::new().set_num_format("yyyy-mm-dd hh:mm:ss");
+    let mut decimals = DecimalFormats::default();
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
@@ -100,8 +101,15 @@ pub fn csv_to_xlsx(
                 continue;
             }
             match kind {
-                Some(ColumnType::Integer | ColumnType::Decimal) => match exact_number(text) {
+                Some(ColumnType::Integer) => match exact_number(text) {
                     Some(number) => sheet.write_number(row, col, number)?,
+                    None => sheet.write_string(row, col, text)?,
+                },
+                Some(ColumnType::Decimal) => match exact_number(text) {
+                    Some(number) => match decimals.of(text) {
+                        Some(format) => sheet.write_number_with_format(row, col, number, format)?,
+                        None => sheet.write_number(row, col, number)?,
+                    },
                     None => sheet.write_string(row, col, text)?,
                 },
                 Some(ColumnType::Boolean) => match text {
@@ -135,12 +143,41 @@ pub fn csv_to_xlsx(
     Ok(u64::from(row.saturating_sub(1)))
 }
 
-/// The number, if a spreadsheet can hold it exactly: Excel keeps 15 significant digits, so a
-/// longer number is written as text rather than silently rounded.
+/// The number, if a spreadsheet can hold it exactly: Excel keeps 15 significant digits and
+/// shows at most 30 decimal places, so any other number is written as text rather than silently
+/// rounded (30 places also keep every number far from a double's underflow).
 fn exact_number(text: &str) -> Option<f64> {
     let digits = text.trim_start_matches(['-', '+']).replace('.', "");
     let significant = digits.trim_start_matches('0').len();
-    (significant <= 15).then(|| text.parse().ok()).flatten()
+    let places = text.split_once('.').map_or(0, |(_, frac)| frac.len());
+    (significant <= 15 && places <= MAX_PLACES)
+        .then(|| text.parse().ok())
+        .flatten()
+}
+
+/// The most decimal places an Excel number format shows.
+const MAX_PLACES: usize = 30;
+
+/// Number formats that show a decimal with as many places as it was written with (`10.50`, not
+/// Excel's `10.5`), made once per scale.
+#[derive(Default)]
+struct DecimalFormats(Vec<Option<Format>>);
+
+impl DecimalFormats {
+    /// The format for a decimal's text, `None` for a whole number (General shows it as is).
+    fn of(&mut self, text: &str) -> Option<&Format> {
+        let places = text.split_once('.').map_or(0, |(_, frac)| frac.len());
+        if places == 0 {
+            return None;
+        }
+        if self.0.len() <= places {
+            self.0.resize(places + 1, None);
+        }
+        let format = self.0[places].get_or_insert_with(|| {
+            Format::new().set_num_format(format!("0.{}", "0".repeat(places)))
+        });
+        Some(format)
+    }
 }
 
 fn excel_date(text: &str) -> Option<NaiveDate> {
@@ -240,6 +277,9 @@ mod tests {
             Some(0.000123456789012345)
         );
         assert_eq!(exact_number("12345678901234567890.25"), None);
+        assert_eq!(exact_number(&format!("0.{}1", "0".repeat(30))), None);
+        assert_eq!(exact_number(&format!("0.{}1", "0".repeat(29))), Some(1e-30));
+        assert_eq!(exact_number("0"), Some(0.0));
 
         let long = "y".repeat(MAX_XLSX_CELL_CHARS + 10);
         let csv = format!("name\n{long}\n");

@@ -134,10 +134,16 @@ pub fn typed<'a>(column: &Column, cell: &'a str) -> Result<Option<Cow<'a, str>>,
                     column.name
                 ));
             }
-            // As JSON writes numbers: no leading zeros, no bare dot; the digits kept exactly.
+            // No leading zeros, no bare dot, no sign on zero; every digit written (`10.50`
+            // keeps its scale) and kept exactly.
             let int = int.trim_start_matches('0');
+            let zero = int.is_empty() && frac.bytes().all(|b| b == b'0');
             let mut out = String::with_capacity(digits.len() + 2);
-            out.push_str(if number.starts_with('-') { "-" } else { "" });
+            out.push_str(if number.starts_with('-') && !zero {
+                "-"
+            } else {
+                ""
+            });
             out.push_str(if int.is_empty() { "0" } else { int });
             if !frac.is_empty() {
                 out.push('.');
@@ -186,17 +192,20 @@ pub fn typed<'a>(column: &Column, cell: &'a str) -> Result<Option<Cow<'a, str>>,
     Ok(Some(value))
 }
 
-/// A stored value (from [`typed`]) as JSON: numbers and booleans as such, the rest as strings.
+/// A stored value (from [`typed`]) as JSON: integers and booleans as such, the rest as strings.
+/// Decimals are strings (`"10.50"`): a JSON number is read as a binary float by most clients
+/// (and by `serde_json` itself), which would drop the scale and round past 17 digits.
 pub fn to_json(kind: ColumnType, value: Option<&str>) -> Value {
     let Some(text) = value else {
         return Value::Null;
     };
-    let typed = match kind {
-        ColumnType::Integer | ColumnType::Decimal => text.parse::<serde_json::Number>().ok(),
-        ColumnType::Boolean => return Value::Bool(text == "true"),
-        _ => None,
-    };
-    typed.map_or_else(|| Value::String(text.to_owned()), Value::Number)
+    match kind {
+        ColumnType::Integer => text
+            .parse::<i64>()
+            .map_or_else(|_| Value::String(text.to_owned()), Value::from),
+        ColumnType::Boolean => Value::Bool(text == "true"),
+        _ => Value::String(text.to_owned()),
+    }
 }
 
 fn shorten(cell: &str) -> String {
@@ -229,12 +238,16 @@ mod tests {
         assert_eq!(json(Text, " a \"b\" ").unwrap(), "\" a \\\"b\\\" \"");
         assert_eq!(json(Text, "").unwrap(), "null");
         assert_eq!(json(Integer, " -42 ").unwrap(), "-42");
-        // Decimals are stored with every digit (JSON readers may round them).
+        // Decimals are stored and shown with every digit.
         let stored = |cell| typed(&col(Decimal, false), cell).unwrap().unwrap();
         assert_eq!(stored("0012.50"), "12.50");
         assert_eq!(stored("-.5"), "-0.5");
         assert_eq!(stored("+3"), "3");
-        assert_eq!(json(Decimal, "-0.5").unwrap(), "-0.5");
+        assert_eq!(stored("-0.00"), "0.00");
+        assert_eq!(stored("-000"), "0");
+        assert_eq!(json(Decimal, "-0.5").unwrap(), "\"-0.5\"");
+        let long = "123456789012345678901234567890.000000000000000000000000000001";
+        assert_eq!(json(Decimal, long).unwrap(), format!("\"{long}\""));
         assert_eq!(json(Boolean, "Yes").unwrap(), "true");
         assert_eq!(json(Boolean, "0").unwrap(), "false");
         assert_eq!(json(Date, "2024/02/29").unwrap(), "\"2024-02-29\"");

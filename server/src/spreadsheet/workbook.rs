@@ -228,7 +228,7 @@ fn write_range<W: Write>(range: &Range<Data>, out: &mut SheetWriter<W>) -> Resul
 
 /// A cell calamine read as the text the CSV import reads ([`cell_text`]): formulas as their
 /// cached values, errors as shown (`#DIV/0!`), empty as empty.
-fn write_text<T: DataType>(value: &T, out: &mut String) {
+pub(super) fn write_text<T: DataType>(value: &T, out: &mut String) {
     if let Some(text) = value.get_string() {
         out.push_str(text);
     } else if let Some(int) = value.get_int() {
@@ -670,7 +670,8 @@ mod tests {
     }
 
     /// Every kind of cell, in a shared-strings workbook and in a constant-memory one (inline
-    /// strings): our XLSX reader and calamine's must agree cell for cell.
+    /// strings): our XLSX reader and calamine's must agree cell for cell (and on generated
+    /// workbooks: `xlsx::properties`).
     #[test]
     fn our_xlsx_reader_agrees_with_calamine() {
         fn sheet(book: &mut Workbook, constant_memory: bool) {
@@ -744,27 +745,8 @@ mod tests {
             let mut book = Workbook::new();
             sheet(&mut book, constant_memory);
             let bytes = book.save_to_buffer().unwrap();
-
-            let mut ours = Vec::new();
-            let mut reader = xlsx::Workbook::open(bytes.clone()).unwrap();
-            reader
-                .cells("Sheet1", |cell| {
-                    ours.push((cell.row, cell.col, cell.text.to_owned()));
-                    Ok(ControlFlow::Continue(()))
-                })
-                .unwrap();
-
-            let mut theirs = Vec::new();
-            let mut book: Xlsx<_> = Xlsx::new(Cursor::new(bytes)).unwrap();
-            let mut cells = book.worksheet_cells_reader("Sheet1").unwrap();
-            while let Some(cell) = cells.next_cell().unwrap() {
-                let mut text = String::new();
-                write_text(cell.get_value(), &mut text);
-                if !text.is_empty() {
-                    let (row, col) = cell.get_position();
-                    theirs.push((row, col, text));
-                }
-            }
+            let ours = xlsx::properties::read_ours(&bytes, "Sheet1").unwrap();
+            let theirs = xlsx::properties::read_calamine(&bytes, "Sheet1");
             assert!(ours.len() > 25, "{ours:?}");
             assert_eq!(ours, theirs, "constant memory: {constant_memory}");
         }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::notify;
 
 /// A callback claimed for one try.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 pub struct Due {
     pub job_id: Uuid,
     pub url: String,
@@ -19,8 +19,9 @@ pub struct Due {
 /// Claims up to `limit` ended jobs whose callback is due, for `hold` (no other process sends
 /// them meanwhile), counting a try.
 pub async fn claim_due(pool: &PgPool, limit: i64, hold: Duration) -> sqlx::Result<Vec<Due>> {
-    sqlx::query_as(
-        "update jobs set callback_next_at = now() + make_interval(secs => $2),
+    sqlx::query_as!(
+        Due,
+        r#"update jobs set callback_next_at = now() + make_interval(secs => $2),
              callback_attempts = callback_attempts + 1
          where id in (select id from jobs
                       where callback_url is not null and callback_delivered_at is null
@@ -28,10 +29,10 @@ pub async fn claim_due(pool: &PgPool, limit: i64, hold: Duration) -> sqlx::Resul
                         and coalesce(callback_next_at, '-infinity') <= now()
                       order by callback_next_at nulls first limit $1
                       for update skip locked)
-         returning id as job_id, callback_url as url, callback_attempts as attempt",
+         returning id as job_id, callback_url as "url!", callback_attempts as attempt"#,
+        limit,
+        hold.as_secs_f64()
     )
-    .bind(limit)
-    .bind(hold.as_secs_f64())
     .fetch_all(pool)
     .await
 }
@@ -58,30 +59,30 @@ pub async fn record(pool: &PgPool, due: &Due, outcome: Outcome<'_>) -> sqlx::Res
         Outcome::Delivered { status } => (Some(*status), None),
         Outcome::Failed { status, error, .. } => (*status, Some(*error)),
     };
-    sqlx::query(
+    sqlx::query!(
         "insert into callback_attempts (job_id, attempt, status, error) values ($1, $2, $3, $4)
          on conflict do nothing",
+        due.job_id,
+        due.attempt,
+        status.map(i32::from),
+        error,
     )
-    .bind(due.job_id)
-    .bind(due.attempt)
-    .bind(status.map(i32::from))
-    .bind(error)
     .execute(&mut *tx)
     .await?;
     let version: i64 = match outcome {
         Outcome::Delivered { .. } => {
-            sqlx::query_scalar(
+            sqlx::query_scalar!(
                 "update jobs set callback_delivered_at = now(), version = version + 1
                  where id = $1 returning version",
+                due.job_id,
             )
-            .bind(due.job_id)
             .fetch_one(&mut *tx)
             .await?
         }
         Outcome::Failed {
             backoff, horizon, ..
         } => {
-            sqlx::query_scalar(
+            sqlx::query_scalar!(
                 "update jobs set version = version + 1,
                      callback_next_at = now() + make_interval(secs => $2),
                      callback_gave_up_at = case
@@ -89,10 +90,10 @@ pub async fn record(pool: &PgPool, due: &Due, outcome: Outcome<'_>) -> sqlx::Res
                               > finished_at + make_interval(secs => $3)
                          then now() end
                  where id = $1 returning version",
+                due.job_id,
+                backoff.as_secs_f64(),
+                horizon.as_secs_f64(),
             )
-            .bind(due.job_id)
-            .bind(backoff.as_secs_f64())
-            .bind(horizon.as_secs_f64())
             .fetch_one(&mut *tx)
             .await?
         }

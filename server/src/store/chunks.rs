@@ -1,25 +1,27 @@
 //! A job's chunks: the plan's row ranges, and the done-gate that makes each chunk count once.
+//! Their state changes are in [`super::states::chunk`].
 
 use std::collections::HashMap;
 
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use super::states::ChunkState;
 use crate::spreadsheet::ChunkSpan;
 
 /// A planned chunk as a worker reads it.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct Chunk {
     pub first_row: i64,
     pub row_count: i32,
     pub byte_start: i64,
     pub byte_end: i64,
-    pub state: String,
+    pub state: ChunkState,
 }
 
 impl Chunk {
     pub fn is_done(&self) -> bool {
-        self.state == "done"
+        self.state == ChunkState::Done
     }
 
     pub fn span(&self) -> ChunkSpan {
@@ -42,16 +44,16 @@ pub async fn insert_all(
     let row_counts: Vec<i32> = spans.iter().map(|s| s.row_count).collect();
     let starts: Vec<i64> = spans.iter().map(|s| s.byte_start as i64).collect();
     let ends: Vec<i64> = spans.iter().map(|s| s.byte_end as i64).collect();
-    sqlx::query(
+    sqlx::query!(
         "insert into job_chunks (job_id, chunk_no, first_row, row_count, byte_start, byte_end)
          select $1, * from unnest($2::int[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[])",
+        job_id,
+        &chunk_nos,
+        &first_rows,
+        &row_counts,
+        &starts,
+        &ends,
     )
-    .bind(job_id)
-    .bind(chunk_nos)
-    .bind(first_rows)
-    .bind(row_counts)
-    .bind(starts)
-    .bind(ends)
     .execute(conn)
     .await?;
     Ok(())
@@ -59,19 +61,23 @@ pub async fn insert_all(
 
 /// Every chunk's number and ticket, for queueing them all (see [`super::leases`]).
 pub async fn tickets(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<Vec<(i32, Uuid)>> {
-    sqlx::query_as("select chunk_no, ticket from job_chunks where job_id = $1 order by chunk_no")
-        .bind(job_id)
-        .fetch_all(conn)
-        .await
+    let chunks = sqlx::query!(
+        "select chunk_no, ticket from job_chunks where job_id = $1 order by chunk_no",
+        job_id
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(chunks.into_iter().map(|c| (c.chunk_no, c.ticket)).collect())
 }
 
 pub async fn find(pool: &PgPool, job_id: Uuid, chunk_no: i32) -> sqlx::Result<Option<Chunk>> {
-    sqlx::query_as(
-        "select first_row, row_count, byte_start, byte_end, state from job_chunks
-         where job_id = $1 and chunk_no = $2",
+    sqlx::query_as!(
+        Chunk,
+        r#"select first_row, row_count, byte_start, byte_end, state as "state: ChunkState"
+           from job_chunks where job_id = $1 and chunk_no = $2"#,
+        job_id,
+        chunk_no
     )
-    .bind(job_id)
-    .bind(chunk_no)
     .fetch_optional(pool)
     .await
 }
@@ -85,30 +91,17 @@ pub async fn claim(
     chunk_no: i32,
     lease_owner: &str,
 ) -> sqlx::Result<bool> {
-    let mine: Option<bool> = sqlx::query_scalar(
-        "select state = 'pending' and lease_owner is not distinct from $3 from job_chunks
-         where job_id = $1 and chunk_no = $2 for update",
+    let mine: Option<bool> = sqlx::query_scalar!(
+        r#"select state = $4 and lease_owner is not distinct from $3 as "mine!" from job_chunks
+         where job_id = $1 and chunk_no = $2 for update"#,
+        job_id,
+        chunk_no,
+        lease_owner,
+        ChunkState::Pending as ChunkState,
     )
-    .bind(job_id)
-    .bind(chunk_no)
-    .bind(lease_owner)
     .fetch_optional(conn)
     .await?;
     Ok(mine == Some(true))
-}
-
-/// Marks a claimed chunk done and frees its lease.
-pub async fn mark_done(conn: &mut PgConnection, job_id: Uuid, chunk_no: i32) -> sqlx::Result<()> {
-    sqlx::query(
-        "update job_chunks set state = 'done', done_at = now(), lease_owner = null,
-             lease_expires_at = null
-         where job_id = $1 and chunk_no = $2 and state = 'pending'",
-    )
-    .bind(job_id)
-    .bind(chunk_no)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// What recording a streamed chunk found.
@@ -130,33 +123,34 @@ pub async fn record_done(
     chunk_no: i32,
     span: &ChunkSpan,
 ) -> sqlx::Result<Recorded> {
-    let inserted = sqlx::query(
+    let inserted = sqlx::query!(
         "insert into job_chunks
              (job_id, chunk_no, first_row, row_count, byte_start, byte_end, state, done_at)
-         values ($1, $2, $3, $4, $5, $6, 'done', now())
+         values ($1, $2, $3, $4, $5, $6, $7, now())
          on conflict (job_id, chunk_no) do nothing",
+        job_id,
+        chunk_no,
+        span.first_row,
+        span.row_count,
+        span.byte_start as i64,
+        span.byte_end as i64,
+        ChunkState::Done as ChunkState,
     )
-    .bind(job_id)
-    .bind(chunk_no)
-    .bind(span.first_row)
-    .bind(span.row_count)
-    .bind(span.byte_start as i64)
-    .bind(span.byte_end as i64)
     .execute(&mut *conn)
     .await?;
     if inserted.rows_affected() == 1 {
         return Ok(Recorded::New);
     }
     // A statement of its own: it sees the row another run committed while the insert waited.
-    let before: Option<(i64, i32)> = sqlx::query_as(
+    let before = sqlx::query!(
         "select first_row, row_count from job_chunks where job_id = $1 and chunk_no = $2",
+        job_id,
+        chunk_no
     )
-    .bind(job_id)
-    .bind(chunk_no)
     .fetch_optional(conn)
     .await?;
     Ok(match before {
-        Some(before) if cut_alike(before, span) => Recorded::Before,
+        Some(before) if cut_alike((before.first_row, before.row_count), span) => Recorded::Before,
         _ => Recorded::Different,
     })
 }
@@ -168,13 +162,14 @@ pub fn cut_alike((first_row, row_count): (i64, i32), span: &ChunkSpan) -> bool {
 
 /// The chunks a job has, by number: their first row and row count.
 pub async fn recorded(pool: &PgPool, job_id: Uuid) -> sqlx::Result<HashMap<i32, (i64, i32)>> {
-    let rows: Vec<(i32, i64, i32)> =
-        sqlx::query_as("select chunk_no, first_row, row_count from job_chunks where job_id = $1")
-            .bind(job_id)
-            .fetch_all(pool)
-            .await?;
-    Ok(rows
+    let chunks = sqlx::query!(
+        "select chunk_no, first_row, row_count from job_chunks where job_id = $1",
+        job_id
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(chunks
         .into_iter()
-        .map(|(chunk_no, first_row, row_count)| (chunk_no, (first_row, row_count)))
+        .map(|c| (c.chunk_no, (c.first_row, c.row_count)))
         .collect())
 }

@@ -19,27 +19,26 @@ pub async fn insert(
     let values: Vec<Option<&str>> = errors.iter().map(|e| e.value.as_deref()).collect();
     let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
     let fields: Vec<Json<&[String]>> = errors.iter().map(|e| Json(e.fields.as_slice())).collect();
-    sqlx::query(
+    sqlx::query!(
         "insert into job_errors (job_id, row_no, column_name, value, message, fields)
          select $1, * from unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::jsonb[])",
+        job_id,
+        &row_nos,
+        &columns as &[Option<&str>],
+        &values as &[Option<&str>],
+        &messages as &[&str],
+        &fields as _,
     )
-    .bind(job_id)
-    .bind(row_nos)
-    .bind(columns)
-    .bind(values)
-    .bind(messages)
-    .bind(fields)
     .execute(conn)
     .await?;
     Ok(())
 }
 
 /// One error as the API shows it.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReportLine {
     pub row_no: i64,
-    #[sqlx(rename = "column_name")]
     pub column: Option<String>,
     pub value: Option<String>,
     pub message: String,
@@ -54,23 +53,28 @@ pub async fn page(
     after: i64,
     limit: i64,
 ) -> sqlx::Result<Vec<ReportLine>> {
-    sqlx::query_as(
-        "select row_no, column_name, value, message, fields from job_errors
-         where job_id = $1 and row_no > $2 order by row_no limit $3",
+    sqlx::query_as!(
+        ReportLine,
+        r#"select row_no, column_name as column, value, message,
+               fields as "fields: Json<Vec<String>>"
+           from job_errors
+           where job_id = $1 and row_no > $2 order by row_no limit $3"#,
+        job_id,
+        after,
+        limit
     )
-    .bind(job_id)
-    .bind(after)
-    .bind(limit)
     .fetch_all(pool)
     .await
 }
 
 /// The header the job read, for the report's columns.
 pub async fn columns(pool: &PgPool, job_id: Uuid) -> sqlx::Result<Vec<String>> {
-    let columns: Option<Json<Vec<String>>> = sqlx::query_scalar(
-        "select jsonb_path_query_array(row_format, '$.columns[*].name') from jobs where id = $1",
+    let columns = sqlx::query_scalar!(
+        r#"select jsonb_path_query_array(row_format, '$.columns[*].name')
+               as "names: Json<Vec<String>>"
+           from jobs where id = $1"#,
+        job_id,
     )
-    .bind(job_id)
     .fetch_optional(pool)
     .await?
     .flatten();

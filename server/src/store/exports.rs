@@ -5,11 +5,12 @@ use futures::{Stream, TryStreamExt};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
+use super::states::ChunkState;
 use crate::spreadsheet::record;
 
 /// A run of a dataset's rows, both ends included, by position (see
 /// [`super::datasets::position`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowRange {
     /// The range's first row, counting from 1 in the whole export.
     pub first_row: i64,
@@ -25,21 +26,22 @@ pub async fn plan_ranges(
     dataset_id: Uuid,
     chunk_rows: i64,
 ) -> sqlx::Result<Vec<RowRange>> {
-    let edges: Vec<(i64, i64, bool)> = sqlx::query_as(
-        "select n, pos, last
+    let edges = sqlx::query!(
+        r#"select n as "n!", pos, last as "last!"
          from (select pos, row_number() over keys as n, lead(pos) over keys is null as last
                from dataset_rows where dataset_id = $1
                window keys as (order by pos)) numbered
          where (n - 1) % $2 = 0 or n % $2 = 0 or last
-         order by n",
+         order by n"#,
+        dataset_id,
+        chunk_rows
     )
-    .bind(dataset_id)
-    .bind(chunk_rows)
     .fetch_all(conn)
     .await?;
     let mut ranges = Vec::with_capacity(edges.len() / 2 + 1);
     let mut open: Option<(i64, i64)> = None;
-    for (n, pos, last) in edges {
+    for edge in edges {
+        let (n, pos, last) = (edge.n, edge.pos, edge.last);
         if (n - 1) % chunk_rows == 0 {
             open = Some((n, pos));
         }
@@ -67,19 +69,19 @@ pub async fn insert_chunks(
     let row_counts: Vec<i32> = ranges.iter().map(|r| r.row_count).collect();
     let from: Vec<i64> = ranges.iter().map(|r| r.from_pos).collect();
     let to: Vec<i64> = ranges.iter().map(|r| r.to_pos).collect();
-    sqlx::query(
+    sqlx::query!(
         "insert into job_chunks (job_id, chunk_no, first_row, row_count, byte_start, byte_end,
                                  from_pos, to_pos)
          select $1, c.chunk_no, c.first_row, c.row_count, 0, 0, c.from_pos, c.to_pos
          from unnest($2::int[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[])
               as c(chunk_no, first_row, row_count, from_pos, to_pos)",
+        job_id,
+        &chunk_nos,
+        &first_rows,
+        &row_counts,
+        &from,
+        &to,
     )
-    .bind(job_id)
-    .bind(chunk_nos)
-    .bind(first_rows)
-    .bind(row_counts)
-    .bind(from)
-    .bind(to)
     .execute(conn)
     .await?;
     Ok(())
@@ -91,12 +93,15 @@ pub async fn pending_range(
     job_id: Uuid,
     chunk_no: i32,
 ) -> sqlx::Result<Option<RowRange>> {
-    sqlx::query_as(
-        "select first_row, row_count, from_pos, to_pos from job_chunks
-         where job_id = $1 and chunk_no = $2 and state = 'pending' and from_pos is not null",
+    sqlx::query_as!(
+        RowRange,
+        r#"select first_row, row_count, from_pos as "from_pos!", to_pos as "to_pos!"
+           from job_chunks
+           where job_id = $1 and chunk_no = $2 and state = $3 and from_pos is not null"#,
+        job_id,
+        chunk_no,
+        ChunkState::Pending as ChunkState,
     )
-    .bind(job_id)
-    .bind(chunk_no)
     .fetch_optional(pool)
     .await
 }
@@ -107,14 +112,14 @@ pub async fn rows_in(
     dataset_id: Uuid,
     range: &RowRange,
 ) -> sqlx::Result<Vec<Vec<Option<String>>>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "select record from dataset_rows
          where dataset_id = $1 and pos between $2 and $3
          order by pos",
+        dataset_id,
+        range.from_pos,
+        range.to_pos,
     )
-    .bind(dataset_id)
-    .bind(range.from_pos)
-    .bind(range.to_pos)
     .fetch_all(pool)
     .await
     .map(|records: Vec<String>| records.iter().map(|r| record::decode(r)).collect())
@@ -126,26 +131,29 @@ pub async fn insert_part(
     chunk_no: i32,
     data: &[u8],
 ) -> sqlx::Result<()> {
-    sqlx::query("insert into export_parts (job_id, chunk_no, data) values ($1, $2, $3)")
-        .bind(job_id)
-        .bind(chunk_no)
-        .bind(data)
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "insert into export_parts (job_id, chunk_no, data) values ($1, $2, $3)",
+        job_id,
+        chunk_no,
+        data,
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
 /// The rendered parts, in chunk order.
 pub fn parts(pool: &PgPool, job_id: Uuid) -> impl Stream<Item = sqlx::Result<Vec<u8>>> + Send + '_ {
-    sqlx::query_scalar("select data from export_parts where job_id = $1 order by chunk_no")
-        .bind(job_id)
-        .fetch(pool)
-        .map_ok(|data: Vec<u8>| data)
+    sqlx::query_scalar!(
+        "select data from export_parts where job_id = $1 order by chunk_no",
+        job_id,
+    )
+    .fetch(pool)
+    .map_ok(|data: Vec<u8>| data)
 }
 
 pub async fn delete_parts(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<()> {
-    sqlx::query("delete from export_parts where job_id = $1")
-        .bind(job_id)
+    sqlx::query!("delete from export_parts where job_id = $1", job_id,)
         .execute(conn)
         .await?;
     Ok(())

@@ -1,4 +1,4 @@
-//! Leases on work items, and the reaper's view of items that need a queue message.
+//! Leases on work items, and the items that need a queue message (for `maintenance::requeue`).
 //!
 //! A work item is one chunk (`job_chunks`) or a job's own step (`jobs`: the plan, or an
 //! export's finish). A worker runs an item only while it holds the item's lease, which it
@@ -7,7 +7,7 @@
 //! cancelled) can neither renew it nor commit under it.
 //!
 //! Each item also holds the `ticket` of its current queue message (the message's idempotency
-//! key in `apalis.jobs`): the reaper gives a new message to an item that is due, not leased and
+//! key in `apalis.jobs`): re-queueing gives a new message to an item that is due, not leased and
 //! has no live message, and only to such an item, so lost messages are replaced and a backlog
 //! is never queued twice.
 
@@ -16,16 +16,25 @@ use std::time::Duration;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::jobs::queue::{QUEUE, TaskMsg};
+use super::{
+    queue::{self, TaskMsg},
+    states::{self, ChunkState, JobKind, JobStatus, LIVE},
+};
 
 /// A condition on job `j`: it is not waiting behind an earlier job with its serialize key
-/// (jobs with the same key start one at a time, in creation order).
+/// (jobs with the same key start one at a time, in creation order). `$waiting` and `$live` are
+/// the parameters that bind [`JobStatus::Waiting`] and [`LIVE`].
 macro_rules! first_in_line {
-    () => {
-        "(j.status <> 'waiting' or j.serialize_key is null or not exists (
+    ($waiting:literal, $live:literal) => {
+        concat!(
+            "(j.status <> ",
+            $waiting,
+            " or j.serialize_key is null or not exists (
              select 1 from jobs o
-             where o.serialize_key = j.serialize_key and o.status in ('waiting', 'running')
-               and o.seq < j.seq))"
+             where o.serialize_key = j.serialize_key and o.status = any(",
+            $live,
+            ") and o.seq < j.seq))"
+        )
     };
 }
 
@@ -89,29 +98,32 @@ pub async fn acquire(
         Item::Step(_) => concat!(
             "update jobs j set lease_owner = $3, lease_expires_at = now() + make_interval(secs => $4),
                  attempts = j.attempts + 1
-             where j.id = $1 and $2::integer is null and j.status in ('waiting', 'running')
+             where j.id = $1 and $2::integer is null and j.status = any($6)
                and j.run_after <= now()
                and (j.lease_expires_at is null or j.lease_expires_at < now()) and ",
-            first_in_line!(),
+            first_in_line!("$5", "$6"),
             " returning j.attempts, j.max_failures_per_item"
         ),
         Item::Chunk { .. } => {
             "update job_chunks c set lease_owner = $3,
                  lease_expires_at = now() + make_interval(secs => $4), attempts = c.attempts + 1
              from jobs j
-             where c.job_id = $1 and c.chunk_no = $2 and j.id = c.job_id and j.status = 'running'
-               and c.state = 'pending' and c.run_after <= now()
+             where c.job_id = $1 and c.chunk_no = $2 and j.id = c.job_id and j.status = $5
+               and c.state = $6 and c.run_after <= now()
                and (c.lease_expires_at is null or c.lease_expires_at < now())
              returning c.attempts, j.max_failures_per_item"
         }
     };
-    let taken: Option<(i32, i32)> = sqlx::query_as(sql)
+    let query = sqlx::query_as(sql)
         .bind(item.job_id())
         .bind(item.chunk_no())
         .bind(owner)
-        .bind(ttl.as_secs_f64())
-        .fetch_optional(pool)
-        .await?;
+        .bind(ttl.as_secs_f64());
+    let query = match item {
+        Item::Step(_) => query.bind(JobStatus::Waiting).bind(LIVE),
+        Item::Chunk { .. } => query.bind(JobStatus::Running).bind(ChunkState::Pending),
+    };
+    let taken: Option<(i32, i32)> = query.fetch_optional(pool).await?;
     Ok(taken.map(|(attempt, max_attempts)| Lease {
         item,
         owner: owner.to_owned(),
@@ -123,26 +135,37 @@ pub async fn acquire(
 /// Extends a lease still held. `false` when it was lost, or the job is no longer live
 /// (cancelled, failed): the run must stop.
 pub async fn renew(pool: &PgPool, lease: &Lease, ttl: Duration) -> sqlx::Result<bool> {
-    let sql = match lease.item {
-        Item::Step(_) => {
-            "update jobs set lease_expires_at = now() + make_interval(secs => $4)
-             where id = $1 and $2::integer is null and lease_owner = $3
-             returning status in ('waiting', 'running')"
+    let ttl = ttl.as_secs_f64();
+    let live = match lease.item {
+        Item::Step(job_id) => {
+            sqlx::query_scalar!(
+                r#"update jobs set lease_expires_at = now() + make_interval(secs => $3)
+               where id = $1 and lease_owner = $2
+               returning status = any($4) as "live!""#,
+                job_id,
+                lease.owner,
+                ttl,
+                &LIVE[..] as &[JobStatus],
+            )
+            .fetch_optional(pool)
+            .await?
         }
-        Item::Chunk { .. } => {
-            "update job_chunks c set lease_expires_at = now() + make_interval(secs => $4)
-             from jobs j
-             where c.job_id = $1 and c.chunk_no = $2 and c.lease_owner = $3 and j.id = c.job_id
-             returning j.status = 'running'"
+        Item::Chunk { job_id, chunk_no } => {
+            sqlx::query_scalar!(
+                r#"update job_chunks c set lease_expires_at = now() + make_interval(secs => $4)
+               from jobs j
+               where c.job_id = $1 and c.chunk_no = $2 and c.lease_owner = $3 and j.id = c.job_id
+               returning j.status = $5 as "live!""#,
+                job_id,
+                chunk_no,
+                lease.owner,
+                ttl,
+                JobStatus::Running as JobStatus,
+            )
+            .fetch_optional(pool)
+            .await?
         }
     };
-    let live: Option<bool> = sqlx::query_scalar(sql)
-        .bind(lease.item.job_id())
-        .bind(lease.item.chunk_no())
-        .bind(&lease.owner)
-        .bind(ttl.as_secs_f64())
-        .fetch_optional(pool)
-        .await?;
     Ok(live == Some(true))
 }
 
@@ -151,24 +174,31 @@ pub async fn renew(pool: &PgPool, lease: &Lease, ttl: Duration) -> sqlx::Result<
 /// attempts in its own transaction (a chunk marked done and its lease freed, a plan sealed with
 /// the attempts reset, an export's finish begun with a fresh lease), so nothing is lost here.
 pub async fn release(pool: &PgPool, lease: &Lease) -> sqlx::Result<()> {
-    let sql = match lease.item {
-        Item::Step(_) => {
-            "update jobs set lease_owner = null, lease_expires_at = null,
+    match lease.item {
+        Item::Step(job_id) => {
+            sqlx::query!(
+                "update jobs set lease_owner = null, lease_expires_at = null,
                  attempts = greatest(attempts - 1, 0)
-             where id = $1 and $2::integer is null and lease_owner = $3"
+             where id = $1 and lease_owner = $2",
+                job_id,
+                lease.owner,
+            )
+            .execute(pool)
+            .await?
         }
-        Item::Chunk { .. } => {
-            "update job_chunks set lease_owner = null, lease_expires_at = null,
+        Item::Chunk { job_id, chunk_no } => {
+            sqlx::query!(
+                "update job_chunks set lease_owner = null, lease_expires_at = null,
                  attempts = greatest(attempts - 1, 0)
-             where job_id = $1 and chunk_no = $2 and lease_owner = $3"
+             where job_id = $1 and chunk_no = $2 and lease_owner = $3",
+                job_id,
+                chunk_no,
+                lease.owner,
+            )
+            .execute(pool)
+            .await?
         }
     };
-    sqlx::query(sql)
-        .bind(lease.item.job_id())
-        .bind(lease.item.chunk_no())
-        .bind(&lease.owner)
-        .execute(pool)
-        .await?;
     Ok(())
 }
 
@@ -184,8 +214,8 @@ pub enum AfterFailure {
 }
 
 /// Records a failed attempt in the caller's transaction: the item is free again after
-/// `backoff`, or, out of attempts, a chunk is marked `failed` (a step stays as it is: its job
-/// is failed by the caller).
+/// `backoff`, or, out of attempts, a chunk becomes `failed` (a step stays as it is: its job is
+/// failed by the caller).
 pub async fn record_failure(
     conn: &mut PgConnection,
     lease: &Lease,
@@ -193,32 +223,31 @@ pub async fn record_failure(
     backoff: Duration,
 ) -> sqlx::Result<AfterFailure> {
     let out = lease.attempt >= lease.max_attempts;
-    let sql = match lease.item {
-        Item::Step(_) => {
-            "update jobs set lease_owner = null, lease_expires_at = null, last_error = $4,
-                 run_after = now() + make_interval(secs => $5)
-             where id = $1 and $2::integer is null and lease_owner = $3"
+    let recorded = match lease.item {
+        Item::Step(job_id) => {
+            sqlx::query!(
+                "update jobs set lease_owner = null, lease_expires_at = null, last_error = $3,
+                     run_after = now() + make_interval(secs => $4)
+                 where id = $1 and lease_owner = $2",
+                job_id,
+                lease.owner,
+                error,
+                backoff.as_secs_f64(),
+            )
+            .execute(conn)
+            .await?
+            .rows_affected()
+                > 0
         }
-        Item::Chunk { .. } => {
-            "update job_chunks set lease_owner = null, lease_expires_at = null, last_error = $4,
-                 run_after = now() + make_interval(secs => $5),
-                 state = case when $6 then 'failed' else state end
-             where job_id = $1 and chunk_no = $2 and lease_owner = $3"
+        Item::Chunk { job_id, chunk_no } => {
+            let chunk = (job_id, chunk_no);
+            states::chunk::fail_attempt(conn, chunk, &lease.owner, error, backoff, out).await?
         }
     };
-    let updated = sqlx::query(sql)
-        .bind(lease.item.job_id())
-        .bind(lease.item.chunk_no())
-        .bind(&lease.owner)
-        .bind(error)
-        .bind(backoff.as_secs_f64())
-        .bind(out)
-        .execute(conn)
-        .await?;
-    Ok(match (updated.rows_affected(), out) {
-        (0, _) => AfterFailure::LeaseLost,
-        (_, true) => AfterFailure::OutOfAttempts,
-        (_, false) => AfterFailure::Retry,
+    Ok(match (recorded, out) {
+        (false, _) => AfterFailure::LeaseLost,
+        (true, true) => AfterFailure::OutOfAttempts,
+        (true, false) => AfterFailure::Retry,
     })
 }
 
@@ -226,18 +255,18 @@ pub async fn record_failure(
 /// pushes in its transaction, with the step's lease free (the plan that queues it may still
 /// hold it) and fresh attempts.
 pub async fn next_step(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<Uuid> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "update jobs set ticket = gen_random_uuid(), lease_owner = null, lease_expires_at = null,
              attempts = 0, last_error = null, run_after = now()
          where id = $1 returning ticket",
+        job_id
     )
-    .bind(job_id)
     .fetch_one(conn)
     .await
 }
 
 /// An item whose holder stopped renewing its lease (killed, machine gone, or stalled).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expired {
     pub job_id: Uuid,
     pub chunk_no: Option<i32>,
@@ -260,24 +289,25 @@ impl Expired {
 /// Frees the items of live jobs whose lease expired, in the caller's transaction (a chunk out
 /// of attempts becomes `failed` with `reason`); returns them.
 pub async fn free_expired(conn: &mut PgConnection, reason: &str) -> sqlx::Result<Vec<Expired>> {
-    let mut freed: Vec<Expired> = sqlx::query_as(
-        "update job_chunks c set lease_owner = null, lease_expires_at = null, last_error = $1,
-             state = case when c.attempts >= j.max_failures_per_item then 'failed' else 'pending' end
-         from jobs j
-         where c.state = 'pending' and c.lease_expires_at < now() and j.id = c.job_id
-           and j.status = 'running'
-         returning c.job_id, c.chunk_no, c.attempts, j.max_failures_per_item as max_attempts",
+    let chunks = states::chunk::expire_leases(&mut *conn, reason).await?;
+    let mut freed: Vec<Expired> = chunks
+        .into_iter()
+        .map(|chunk| Expired {
+            job_id: chunk.job_id,
+            chunk_no: Some(chunk.chunk_no),
+            attempts: chunk.attempts,
+            max_attempts: chunk.max_attempts,
+        })
+        .collect();
+    let steps = sqlx::query_as!(
+        Expired,
+        r#"update jobs set lease_owner = null, lease_expires_at = null, last_error = $1
+           where status = any($2) and lease_expires_at < now()
+           returning id as job_id, null::integer as "chunk_no?", attempts,
+               max_failures_per_item as max_attempts"#,
+        reason,
+        &LIVE[..] as &[JobStatus],
     )
-    .bind(reason)
-    .fetch_all(&mut *conn)
-    .await?;
-    let steps: Vec<Expired> = sqlx::query_as(
-        "update jobs set lease_owner = null, lease_expires_at = null, last_error = $1
-         where status in ('waiting', 'running') and lease_expires_at < now()
-         returning id as job_id, null::integer as chunk_no, attempts,
-             max_failures_per_item as max_attempts",
-    )
-    .bind(reason)
     .fetch_all(&mut *conn)
     .await?;
     freed.extend(steps);
@@ -288,7 +318,7 @@ pub async fn free_expired(conn: &mut PgConnection, reason: &str) -> sqlx::Result
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 struct Unqueued {
     job_id: Uuid,
-    kind: String,
+    kind: JobKind,
     chunk_no: Option<i32>,
     /// For a step: the job has yet to start (or start again, after a retry).
     waiting: bool,
@@ -308,29 +338,25 @@ pub async fn take_unqueued(
         "with due as (
              select c.job_id, j.kind, c.chunk_no, false as waiting from job_chunks c
              join jobs j on j.id = c.job_id
-             where c.state = 'pending' and j.status = 'running' and c.run_after <= now()
-               and c.lease_owner is null and not exists (select 1 from apalis.jobs m
-                   where m.job_type = $1 and m.idempotency_key = c.ticket::text
-                     and (m.status = 'Pending'
-                          or m.status in ('Queued', 'Running')
-                             and m.lock_at > now() - make_interval(secs => $2)))
+             where c.state = $4 and j.status = $5 and c.run_after <= now()
+               and c.lease_owner is null and not ",
+        queue::message_is_live!("$1", "$2", "c.ticket"),
+        "
              union all
-             select j.id, j.kind, null, j.status = 'waiting' from jobs j
-             where j.status in ('waiting', 'running') and j.run_after <= now()
-               and j.lease_owner is null and j.kind <> 'batch'
+             select j.id, j.kind, null, j.status = $6 from jobs j
+             where j.status = any($7) and j.run_after <= now()
+               and j.lease_owner is null and j.kind <> $8
                -- A step is to do: the start (and plan) of a waiting job, the plan of an
                -- unplanned one, or the finish of an export whose chunks are done.
-               and (j.status = 'waiting' or not j.sealed
-                    or (j.kind = 'export' and j.chunks_done = j.chunks_total
+               and (j.status = $6 or not j.sealed
+                    or (j.kind = $9 and j.chunks_done = j.chunks_total
                         and j.result_upload_id is null))
                and ",
-        first_in_line!(),
+        first_in_line!("$6", "$7"),
         "
-               and not exists (select 1 from apalis.jobs m
-                   where m.job_type = $1 and m.idempotency_key = j.ticket::text
-                     and (m.status = 'Pending'
-                          or m.status in ('Queued', 'Running')
-                             and m.lock_at > now() - make_interval(secs => $2)))
+               and not ",
+        queue::message_is_live!("$1", "$2", "j.ticket"),
+        "
              limit $3
          ),
          chunk_tickets as (
@@ -349,9 +375,15 @@ pub async fn take_unqueued(
          left join chunk_tickets c on c.job_id = due.job_id and c.chunk_no = due.chunk_no
          left join step_tickets s on due.chunk_no is null and s.job_id = due.job_id"
     ))
-    .bind(QUEUE)
+    .bind(queue::QUEUE)
     .bind(ttl.as_secs_f64())
     .bind(limit)
+    .bind(ChunkState::Pending)
+    .bind(JobStatus::Running)
+    .bind(JobStatus::Waiting)
+    .bind(LIVE)
+    .bind(JobKind::Batch)
+    .bind(JobKind::Export)
     .fetch_all(conn)
     .await?;
     Ok(items
@@ -363,7 +395,7 @@ pub async fn take_unqueued(
 impl Unqueued {
     fn task(&self) -> TaskMsg {
         let job_id = self.job_id;
-        let export = self.kind == "export";
+        let export = self.kind == JobKind::Export;
         match (self.chunk_no, export) {
             (Some(chunk_no), true) => TaskMsg::ExportChunk { job_id, chunk_no },
             (Some(chunk_no), false) => TaskMsg::Chunk { job_id, chunk_no },

@@ -1,7 +1,8 @@
 //! All SQL, one module per concern. Callers get domain types back, never rows.
 //!
-//! State changes name the state they expect (`… where status = 'running'`), so a late or
-//! duplicated message can never move a job that has moved on.
+//! Every change of a job's status or a chunk's state is in [`states`], and names the state it
+//! expects, so a late or duplicated message can never move a job that has moved on. Every use
+//! of apalis's own tables is in [`queue`].
 
 pub mod callbacks;
 pub mod chunks;
@@ -9,9 +10,12 @@ pub mod datasets;
 pub mod errors;
 pub mod exports;
 pub mod jobs;
+pub mod leadership;
 pub mod leases;
 pub mod notify;
+pub mod queue;
 pub mod retention;
 pub mod sessions;
+pub mod states;
 pub mod uploads;
 pub mod users;

@@ -22,20 +22,20 @@ pub struct JobChanged {
 pub async fn job_changed(conn: &mut PgConnection, id: Uuid, version: i64) -> sqlx::Result<()> {
     let payload = serde_json::to_string(&JobChanged { id, version })
         .expect("a uuid and an integer always serialize");
-    sqlx::query("select pg_notify($1, $2)")
-        .bind(CHANNEL)
-        .bind(payload)
-        .execute(conn)
+    sqlx::query!("select 1 as sent from pg_notify($1, $2)", CHANNEL, payload)
+        .fetch_one(conn)
         .await?;
     Ok(())
 }
 
 /// Tells every process that `user_id`'s sessions, tokens or role changed.
 pub async fn account_changed(conn: &mut PgConnection, user_id: Uuid) -> sqlx::Result<()> {
-    sqlx::query("select pg_notify($1, $2)")
-        .bind(ACCOUNTS)
-        .bind(user_id.to_string())
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "select 1 as sent from pg_notify($1, $2)",
+        ACCOUNTS,
+        user_id.to_string()
+    )
+    .fetch_one(conn)
+    .await?;
     Ok(())
 }

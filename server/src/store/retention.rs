@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use crate::jobs::queue::QUEUE;
+use super::queue;
 
 /// Rows per statement at most.
 const BATCH: i64 = 10_000;
@@ -39,11 +39,10 @@ pub async fn prune(
     items_age: Duration,
     jobs_age: Duration,
 ) -> sqlx::Result<Pruned> {
-    let items_age = items_age.as_secs_f64();
     // Claimed first, under row locks re-checked against the age: a retry committing meanwhile
     // (which clears `finished_at`) keeps its job's items, and a retry coming after finds the
     // items gone and is refused.
-    let claimed: Vec<uuid::Uuid> = sqlx::query_scalar(
+    let claimed: Vec<uuid::Uuid> = sqlx::query_scalar!(
         "update jobs j set items_pruned_at = now(),
              source_filename = (select filename from uploads u where u.id = j.upload_id),
              upload_id = null, result_upload_id = null
@@ -54,9 +53,9 @@ pub async fn prune(
                       for update skip locked)
            and finished_at < now() - make_interval(secs => $1)
          returning id",
+        items_age.as_secs_f64(),
+        BATCH / 100,
     )
-    .bind(items_age)
-    .bind(BATCH / 100)
     .fetch_all(&mut *conn)
     .await?;
     for table in ["job_chunks", "job_errors", "export_parts"] {
@@ -69,13 +68,13 @@ pub async fn prune(
     }
     let job_items = claimed.len() as u64;
 
-    let jobs = sqlx::query(
+    let jobs = sqlx::query!(
         "delete from jobs where id in (
              select id from jobs where finished_at < now() - make_interval(secs => $1)
              order by finished_at limit $2)",
+        jobs_age.as_secs_f64(),
+        BATCH,
     )
-    .bind(jobs_age.as_secs_f64())
-    .bind(BATCH)
     .execute(&mut *conn)
     .await?
     .rows_affected();
@@ -83,7 +82,7 @@ pub async fn prune(
     // Files no job refers to: their jobs' items are gone, or no job was ever made; and files
     // whose sender stopped a day ago (the process receiving them died: a live one shows life
     // every minute).
-    let uploads = sqlx::query(
+    let uploads = sqlx::query!(
         "delete from uploads where id in (
              select u.id from uploads u
              where (u.created_at < now() - make_interval(secs => $1)
@@ -91,39 +90,26 @@ pub async fn prune(
                and not exists (select 1 from jobs j
                    where u.id in (j.upload_id, j.result_upload_id))
              limit $2)",
+        items_age.as_secs_f64(),
+        BATCH / 100,
     )
-    .bind(items_age)
-    .bind(BATCH / 100)
     .execute(&mut *conn)
     .await?
     .rows_affected();
 
-    let messages = sqlx::query(
-        "delete from apalis.jobs where id in (
-             select id from apalis.jobs
-             where job_type = $1
-               and (status in ('Done', 'Killed') or status = 'Failed' and attempts >= max_attempts)
-               and coalesce(done_at, run_at) < now() - make_interval(secs => $2)
-             limit $3)",
-    )
-    .bind(QUEUE)
-    .bind(items_age)
-    .bind(BATCH)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+    let messages = queue::prune(&mut *conn, items_age, BATCH).await?;
 
-    let sessions = sqlx::query(
+    let sessions = sqlx::query!(
         "delete from sessions where token_hash in (
              select token_hash from sessions where least(expires_at, idle_expires_at) < now()
              limit $1)",
+        BATCH,
     )
-    .bind(BATCH)
     .execute(&mut *conn)
     .await?
     .rows_affected();
 
-    let guests = sqlx::query(
+    let guests = sqlx::query!(
         "delete from users where id in (
              select u.id from users u
              where u.role = 'guest'
@@ -133,8 +119,8 @@ pub async fn prune(
                and not exists (select 1 from datasets d where d.owner = u.id)
              limit $1
              for update skip locked)",
+        BATCH,
     )
-    .bind(BATCH)
     .execute(&mut *conn)
     .await?
     .rows_affected();

@@ -27,14 +27,14 @@ pub async fn insert(
     user_id: Uuid,
     lifetime: Lifetime,
 ) -> sqlx::Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "insert into sessions (token_hash, user_id, expires_at, idle_expires_at)
          values ($1, $2, now() + make_interval(secs => $3), now() + make_interval(secs => $4))",
+        token_hash,
+        user_id,
+        lifetime.absolute.as_secs_f64(),
+        lifetime.idle.as_secs_f64(),
     )
-    .bind(token_hash)
-    .bind(user_id)
-    .bind(lifetime.absolute.as_secs_f64())
-    .bind(lifetime.idle.as_secs_f64())
     .execute(conn)
     .await?;
     Ok(())
@@ -80,13 +80,13 @@ pub async fn resolve(
         return Ok(None);
     };
     if holder.stale {
-        sqlx::query(
+        sqlx::query!(
             "update sessions set last_seen_at = now(),
                  idle_expires_at = now() + make_interval(secs => $2)
              where token_hash = $1",
+            token_hash,
+            lifetime.idle.as_secs_f64(),
         )
-        .bind(token_hash)
-        .bind(lifetime.idle.as_secs_f64())
         .execute(pool)
         .await?;
     }
@@ -95,8 +95,7 @@ pub async fn resolve(
 
 /// Ends one session.
 pub async fn delete(conn: &mut PgConnection, token_hash: &[u8]) -> sqlx::Result<()> {
-    sqlx::query("delete from sessions where token_hash = $1")
-        .bind(token_hash)
+    sqlx::query!("delete from sessions where token_hash = $1", token_hash,)
         .execute(conn)
         .await?;
     Ok(())
@@ -104,20 +103,22 @@ pub async fn delete(conn: &mut PgConnection, token_hash: &[u8]) -> sqlx::Result<
 
 /// Ends every session of a person (their password changed).
 pub async fn delete_all_of(conn: &mut PgConnection, user_id: Uuid) -> sqlx::Result<u64> {
-    Ok(sqlx::query("delete from sessions where user_id = $1")
-        .bind(user_id)
-        .execute(conn)
-        .await?
-        .rows_affected())
+    Ok(
+        sqlx::query!("delete from sessions where user_id = $1", user_id,)
+            .execute(conn)
+            .await?
+            .rows_affected(),
+    )
 }
 
 /// Revokes every API token of a person (their account was reset).
 pub async fn delete_tokens_of(conn: &mut PgConnection, user_id: Uuid) -> sqlx::Result<u64> {
-    Ok(sqlx::query("delete from api_tokens where user_id = $1")
-        .bind(user_id)
-        .execute(conn)
-        .await?
-        .rows_affected())
+    Ok(
+        sqlx::query!("delete from api_tokens where user_id = $1", user_id,)
+            .execute(conn)
+            .await?
+            .rows_affected(),
+    )
 }
 
 /// The guest from before accounts whose old cookie hashes to `cookie_hash`, if it may still
@@ -126,13 +127,13 @@ pub async fn claim_legacy(
     conn: &mut PgConnection,
     cookie_hash: &[u8],
 ) -> sqlx::Result<Option<Uuid>> {
-    sqlx::query_scalar(
+    sqlx::query_scalar!(
         "update legacy_owners set claimed_at = coalesce(claimed_at, now())
          where cookie_hash = $1 and created_at > now() - interval '1 year'
            and (claimed_at is null or claimed_at > now() - interval '5 minutes')
          returning user_id",
+        cookie_hash,
     )
-    .bind(cookie_hash)
     .fetch_optional(conn)
     .await
 }
@@ -153,10 +154,12 @@ pub async fn resolve_token(pool: &PgPool, token_hash: &[u8]) -> sqlx::Result<Opt
         return Ok(None);
     };
     if holder.stale {
-        sqlx::query("update api_tokens set last_used_at = now() where token_hash = $1")
-            .bind(token_hash)
-            .execute(pool)
-            .await?;
+        sqlx::query!(
+            "update api_tokens set last_used_at = now() where token_hash = $1",
+            token_hash,
+        )
+        .execute(pool)
+        .await?;
     }
     Ok(Some(holder.me()))
 }
@@ -214,11 +217,13 @@ pub async fn tokens_of(pool: &PgPool, user_id: Uuid) -> sqlx::Result<Vec<TokenVi
 
 /// Revokes one of a person's API tokens; `false` when they have none with that id.
 pub async fn delete_token(conn: &mut PgConnection, user_id: Uuid, id: Uuid) -> sqlx::Result<bool> {
-    let deleted = sqlx::query("delete from api_tokens where id = $1 and user_id = $2")
-        .bind(id)
-        .bind(user_id)
-        .execute(conn)
-        .await?
-        .rows_affected();
+    let deleted = sqlx::query!(
+        "delete from api_tokens where id = $1 and user_id = $2",
+        id,
+        user_id,
+    )
+    .execute(conn)
+    .await?
+    .rows_affected();
     Ok(deleted == 1)
 }

@@ -29,7 +29,7 @@ pub enum UploadError {
     #[error("the file is empty")]
     Empty,
     #[error("the upload was interrupted: {0}")]
-    Body(String),
+    Body(std::io::Error),
     /// The owner is sending as many files as they may at once.
     #[error("you are already sending {limit} files; wait for one to finish")]
     TooManyAtOnce { limit: i64 },
@@ -43,8 +43,17 @@ pub enum UploadError {
 /// A stream that breaks off is an interrupted upload.
 impl From<std::io::Error> for UploadError {
     fn from(err: std::io::Error) -> Self {
-        UploadError::Body(err.to_string())
+        UploadError::Body(err)
     }
+}
+
+/// An upload that went away while it was being received (retention gave up on it).
+fn removed() -> UploadError {
+    let gone = std::io::ErrorKind::NotFound;
+    UploadError::Body(std::io::Error::new(
+        gone,
+        "the upload was removed while it was received",
+    ))
 }
 
 /// What [`save`] lets one file and its owner take.
@@ -242,8 +251,7 @@ where
     .execute(pool)
     .await?;
     if stored.rows_affected() == 0 {
-        // Removed meanwhile (retention gave up on it).
-        return Err(UploadError::Body("the upload took too long".into()));
+        return Err(removed());
     }
     Ok(size)
 }
@@ -279,7 +287,7 @@ async fn store_part(
     if stored.rows_affected() == 0 {
         return Err(match limits.stored_bytes {
             Some(limit) => UploadError::StoreFull { limit },
-            None => UploadError::Body("the upload was removed while it was received".into()),
+            None => removed(),
         });
     }
     Ok(())

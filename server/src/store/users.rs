@@ -38,8 +38,7 @@ pub struct Credentials {
 /// A new guest: a visitor who made something before signing in.
 pub async fn insert_guest(conn: &mut PgConnection) -> sqlx::Result<Me> {
     let id = Uuid::now_v7();
-    sqlx::query("insert into users (id, role) values ($1, 'guest')")
-        .bind(id)
+    sqlx::query!("insert into users (id, role) values ($1, 'guest')", id,)
         .execute(conn)
         .await?;
     Ok(Me {
@@ -129,13 +128,13 @@ pub async fn set_password(
     password_hash: &str,
     role: Option<Role>,
 ) -> sqlx::Result<bool> {
-    let changed = sqlx::query(
+    let changed = sqlx::query!(
         "update users set password_hash = $2, role = coalesce($3, role)
          where id = $1 and role <> 'guest'",
+        id,
+        password_hash,
+        role.map(Role::as_str),
     )
-    .bind(id)
-    .bind(password_hash)
-    .bind(role.map(Role::as_str))
     .execute(conn)
     .await?
     .rows_affected();
@@ -144,8 +143,7 @@ pub async fn set_password(
 
 /// The id of the account with this email.
 pub async fn id_by_email(conn: &mut PgConnection, email: &str) -> sqlx::Result<Option<Uuid>> {
-    sqlx::query_scalar("select id from users where email = $1")
-        .bind(email)
+    sqlx::query_scalar!("select id from users where email = $1", email,)
         .fetch_optional(conn)
         .await
 }
@@ -206,12 +204,14 @@ pub async fn set_role(
     if new_role != Role::Admin && admins == [id] {
         return Ok(RoleChange::LastAdmin);
     }
-    let changed = sqlx::query("update users set role = $2 where id = $1 and role <> 'guest'")
-        .bind(id)
-        .bind(new_role.as_str())
-        .execute(conn)
-        .await?
-        .rows_affected();
+    let changed = sqlx::query!(
+        "update users set role = $2 where id = $1 and role <> 'guest'",
+        id,
+        new_role.as_str(),
+    )
+    .execute(conn)
+    .await?
+    .rows_affected();
     Ok(if changed == 1 {
         RoleChange::Changed
     } else {

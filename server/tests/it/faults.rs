@@ -326,7 +326,7 @@ async fn jobs_with_the_same_serialize_key_run_one_at_a_time_in_order() {
 
 #[tokio::test]
 async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
-    use server::jobs::reaper::{self, Retention};
+    use server::jobs::maintenance::retention::{self, Kept};
     let db = TestDb::new().await;
     let server = TestServer::start(&db, Some(worker_args(100))).await;
     let bad = "id,name\n1,a\n2\n3,c\n".as_bytes().to_vec();
@@ -337,7 +337,7 @@ async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
         .finished(server.import("new.csv", bad, "kept").await.id)
         .await;
     let stray = server.upload("never-imported.csv", csv(3)).await;
-    let retention = Retention {
+    let kept = Kept {
         items: Duration::from_secs(7 * 86_400),
         jobs: Duration::from_secs(90 * 86_400),
     };
@@ -361,7 +361,7 @@ async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let pruned = reaper::prune(&db.pool, retention).await.unwrap();
+    let pruned = retention::round(&db.pool, kept).await.unwrap();
     assert_eq!((pruned.job_items, pruned.jobs), (1, 0));
     assert_eq!(
         pruned.uploads, 1,
@@ -381,7 +381,7 @@ async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
     );
 
     age(91, old.id).await.unwrap();
-    let pruned = reaper::prune(&db.pool, retention).await.unwrap();
+    let pruned = retention::round(&db.pool, kept).await.unwrap();
     assert_eq!(pruned.jobs, 1);
     let gone = server
         .client

@@ -21,5 +21,6 @@ mod hostile_requests;
 mod job_trees;
 mod live_events;
 mod progress_feed;
+mod schema_pins;
 mod streamed_sheets;
 mod workbooks;

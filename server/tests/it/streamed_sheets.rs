@@ -24,7 +24,7 @@ use rust_xlsxwriter::Workbook;
 use serde_json::json;
 use server::{
     config::WorkerArgs,
-    jobs::{Engine, plan},
+    jobs::{Engine, TaskError, plan},
     spreadsheet::ChunkSpan,
     store::chunks::{self, Recorded},
 };
@@ -359,10 +359,12 @@ async fn a_converter_that_dies_mid_row_leaves_its_last_chunk_unwritten() {
     let job = server.import("cut.xlsx", sheet_xlsx(3), "cut").await;
     let (engine, script) = engine_converting_with(&db, &format!("{CUT_SHORT}\nexit 1"), 2);
 
-    plan::run(&engine, job.id, never_stop()).await.unwrap();
-    let failed = server.job(job.id).await;
-    assert_eq!(failed.status, JobStatus::Failed, "{failed:?}");
-    assert!(failed.error.unwrap().contains("could not be read"));
+    // Refused: the worker running the plan fails the job with the reason.
+    let refused = plan::run(&engine, job.id, never_stop()).await;
+    assert!(
+        matches!(&refused, Err(TaskError::Refused(reason)) if reason.contains("could not be read")),
+        "{refused:?}"
+    );
     // The first chunk (rows 1 and 2) was whole and went in; the last one ("3,n") did not.
     assert_eq!(stored_rows(&db.pool, job.id).await, (2, 2));
     std::fs::remove_file(script).unwrap();
@@ -380,8 +382,8 @@ async fn a_converter_stopped_by_sigterm_is_retried_not_failed() {
 
     let run = plan::run(&engine, job.id, never_stop()).await;
     assert!(
-        run.is_err(),
-        "a stopped converter is an error of the run, to try again"
+        matches!(run, Err(TaskError::Retry(_))),
+        "a stopped converter is an error of the run, to try again: {run:?}"
     );
     let after = server.job(job.id).await;
     assert_eq!(after.status, JobStatus::Running, "{after:?}");
@@ -418,10 +420,11 @@ async fn a_chunk_cut_differently_by_an_earlier_run_fails_the_job_instead_of_misc
     .unwrap();
 
     let engine = Engine::new(db.pool.clone(), &worker_args(CHUNK_ROWS)).unwrap();
-    plan::run(&engine, job.id, never_stop()).await.unwrap();
-    let failed = server.job(job.id).await;
-    assert_eq!(failed.status, JobStatus::Failed, "{failed:?}");
-    assert!(failed.error.unwrap().contains("cut differently"));
+    let refused = plan::run(&engine, job.id, never_stop()).await;
+    assert!(
+        matches!(&refused, Err(TaskError::Refused(reason)) if reason.contains("cut differently")),
+        "{refused:?}"
+    );
     assert_eq!(stored_rows(&db.pool, job.id).await, (0, 0));
     server.stop().await;
 }

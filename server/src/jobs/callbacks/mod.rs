@@ -117,27 +117,27 @@ async fn send(
         .ok()
         .and_then(|url| url.host().map(|host| policy.check_host(host)));
     let sent = match checked {
-        Some(Ok(())) => Ok(client
+        Some(Ok(())) => client
             .post(&due.url)
             .header("Idempotency-Key", due.job_id.to_string())
             .json(&job)
             .send()
-            .await),
+            .await
+            .map_err(|err| why_not_sent(&err)),
         Some(Err(refused)) => Err(refused.to_string()),
         None => Err("the URL has no host".to_owned()),
     };
     let (status, error) = match sent {
-        Ok(Ok(response)) if response.status().is_success() => {
+        Ok(response) if response.status().is_success() => {
             let status = response.status().as_u16();
             callbacks::record(pool, due, Outcome::Delivered { status }).await?;
             return Ok(true);
         }
-        Ok(Ok(response)) => (
+        Ok(response) => (
             Some(response.status().as_u16()),
             format!("answered {}", response.status()),
         ),
-        Ok(Err(err)) => (None, why_not_sent(&err)),
-        Err(refused) => (None, refused),
+        Err(why) => (None, why),
     };
     tracing::info!(job_id = %due.job_id, attempt = due.attempt, "callback not delivered: {error}");
     let outcome = Outcome::Failed {

@@ -2,15 +2,21 @@
 //! password-protected); XLSX, the format most workbooks arrive in, is read here because
 //! converting a sheet was most of a workbook import's time, and nearly all of that was general
 //! XML parsing: this reader streams the sheet through [`xml::XmlReader`] and handles only what
-//! a sheet holds (a 200,000-row sheet: 0.38 s instead of 1.0 s). calamine stays its oracle:
-//! the tests check that both read the same workbooks the same way.
+//! a sheet holds (a 200,000-row sheet: 0.38 s instead of 1.0 s with calamine; our tokenizer
+//! against quick-xml in the same cell loop: see [`xml`] and `measure`). calamine stays its
+//! oracle: the tests, and the property tests over generated workbooks (`properties`), check
+//! that both read the same workbooks the same way.
 //!
 //! An XLSX file is a zip of XML parts: `xl/workbook.xml` lists the sheets, its relationships
 //! file says which part each one is, `sharedStrings.xml` holds the text most cells point to,
 //! and `styles.xml` says which numbers are dates. Every part is unpacked through a
 //! [`Budget`], so a zip bomb fails instead of filling memory.
 
+#[cfg(test)]
+mod measure;
 mod package;
+#[cfg(test)]
+pub(super) mod properties;
 mod styles;
 mod text;
 mod xml;
@@ -26,7 +32,7 @@ use zip::ZipArchive;
 use self::{
     package::{Relationships, part, read_workbook, sheet_part},
     styles::{NumberKind, Styles},
-    text::{SharedStrings, push_text, read_string_item},
+    text::{SharedStrings, push_text, read_string_item, unescape_ooxml},
     xml::{Event, XmlError, XmlReader},
 };
 use super::{
@@ -88,9 +94,7 @@ pub struct Workbook {
     budget: Budget,
     /// Names and part paths, in the workbook's order.
     sheets: Vec<(String, String)>,
-    date_1904: bool,
-    styles: Styles,
-    strings: SharedStrings,
+    values: Values,
 }
 
 impl Workbook {
@@ -124,9 +128,11 @@ impl Workbook {
             zip,
             budget,
             sheets,
-            date_1904,
-            styles,
-            strings,
+            values: Values {
+                styles,
+                strings,
+                date_1904,
+            },
         })
     }
 
@@ -137,7 +143,10 @@ impl Workbook {
     /// The last row (0-based) the sheet says it uses (its `<dimension>`, which writers may
     /// leave out or get wrong): read from the start of the sheet only.
     pub fn declared_last_row(&mut self, sheet: &str) -> Result<Option<u32>, ReadError> {
-        let mut xml = sheet_part(&mut self.zip, &mut self.budget, &self.sheets, sheet)?;
+        let mut xml = XmlReader::new(
+            sheet_part(&mut self.zip, &mut self.budget, &self.sheets, sheet)?,
+            MAX_TOKEN_BYTES,
+        );
         loop {
             match xml.next()? {
                 Event::Start(tag) if tag.name == b"dimension" => {
@@ -156,19 +165,31 @@ impl Workbook {
     pub fn cells(
         &mut self,
         sheet: &str,
+        each: impl FnMut(Cell<'_>) -> Result<ControlFlow<()>, ScanError>,
+    ) -> Result<(), ScanError> {
+        let sheet = sheet_part(&mut self.zip, &mut self.budget, &self.sheets, sheet)?;
+        self.values
+            .read_sheet(&mut XmlReader::new(sheet, MAX_TOKEN_BYTES), each)
+    }
+}
+
+/// What the rest of the workbook says about a sheet's cells: which styles are dates, the
+/// shared strings, and the date system.
+struct Values {
+    styles: Styles,
+    strings: SharedStrings,
+    date_1904: bool,
+}
+
+impl Values {
+    /// The cell loop: calls `each` with every cell of the sheet `xml` that has a value.
+    fn read_sheet(
+        &self,
+        xml: &mut XmlReader<impl Read>,
         mut each: impl FnMut(Cell<'_>) -> Result<ControlFlow<()>, ScanError>,
     ) -> Result<(), ScanError> {
-        let Workbook {
-            zip,
-            budget,
-            sheets,
-            date_1904,
-            styles,
-            strings,
-        } = self;
-        let mut xml = sheet_part(zip, budget, sheets, sheet)?;
         let mut in_data = false;
-        let (mut row, mut next_row, mut next_col) = (0u32, 0u32, 0u32);
+        let mut at = Position::default();
         let (mut value, mut inline, mut scratch, mut text) =
             (String::new(), String::new(), String::new(), String::new());
         loop {
@@ -183,68 +204,20 @@ impl Workbook {
             };
             match tag.name {
                 b"sheetData" => in_data = !tag.empty,
-                b"row" if in_data => {
-                    row = match tag.attr(b"r") {
-                        Some(r) => match number(r)? {
-                            0 => return Err(damaged("a row is numbered 0").into()),
-                            r if r > LAST_ROW => {
-                                return Err(
-                                    damaged("a row lies past the last a sheet can have").into()
-                                );
-                            }
-                            r => r - 1,
-                        },
-                        None => next_row,
-                    };
-                    next_row = row.saturating_add(1);
-                    next_col = 0;
-                }
+                b"row" if in_data => at.row(tag.attr(b"r"))?,
                 b"c" if in_data => {
-                    let (mut reference, mut kind, mut style) = (None, CellType::Number, 0);
+                    let mut cell = CellTag::default();
                     for (name, value) in tag.attrs() {
-                        match name {
-                            b"r" => reference = Some(value),
-                            b"t" => kind = CellType::of(value),
-                            b"s" => style = number(value)? as usize,
-                            _ => {}
-                        }
+                        cell.attr(name, value)?;
                     }
-                    let col = match reference {
-                        Some(r) => {
-                            let (r, c) = cell_ref(r)?;
-                            row = r;
-                            c
-                        }
-                        None => next_col,
-                    };
-                    next_col = col.saturating_add(1);
+                    let (row, col) = at.cell(cell.at);
                     value.clear();
                     inline.clear();
                     if !tag.empty {
-                        read_cell(&mut xml, &mut value, &mut inline, &mut scratch)
+                        read_cell(xml, &mut value, &mut inline, &mut scratch)
                             .map_err(ReadError::from)?;
                     }
-                    text.clear();
-                    let shown = match kind {
-                        // Text in the cell itself is its value, whatever its `t` says.
-                        _ if !inline.is_empty() => &inline,
-                        CellType::Number => {
-                            let kind = styles.kind(style);
-                            number_text(&value, kind, *date_1904, &mut text);
-                            &text
-                        }
-                        CellType::Shared if value.is_empty() => "",
-                        CellType::Shared => strings
-                            .get(number(value.as_bytes())? as usize)
-                            .ok_or_else(|| damaged("a cell refers to a missing shared string"))?,
-                        CellType::Inline => &value,
-                        CellType::Bool => match value.trim() {
-                            "1" | "true" => "true",
-                            "0" | "false" => "false",
-                            other => other,
-                        },
-                        CellType::Text => &value,
-                    };
+                    let shown = self.text(&cell, &value, &inline, &mut text)?;
                     if !shown.is_empty()
                         && each(Cell {
                             row,
@@ -260,12 +233,114 @@ impl Workbook {
             }
         }
     }
+
+    /// A cell's text, from its raw value (`<v>`) or inline text (`<is>`); `out` holds it when
+    /// it has to be made (a number written back, a date, escapes decoded).
+    fn text<'a>(
+        &'a self,
+        cell: &CellTag,
+        value: &'a str,
+        inline: &'a str,
+        out: &'a mut String,
+    ) -> Result<&'a str, ReadError> {
+        Ok(match cell.kind {
+            // Text in the cell itself is its value, whatever its `t` says.
+            _ if !inline.is_empty() => inline,
+            CellType::Number => {
+                out.clear();
+                number_text(value, self.styles.kind(cell.style), self.date_1904, out);
+                out
+            }
+            CellType::Shared if value.is_empty() => "",
+            CellType::Shared => self
+                .strings
+                .get(number(value.as_bytes())? as usize)
+                .ok_or_else(|| damaged("a cell refers to a missing shared string"))?,
+            CellType::Bool => match value.trim() {
+                "1" | "true" => "true",
+                "0" | "false" => "false",
+                other => other,
+            },
+            // Text in `<v>` has OOXML's escapes as much as text in `<t>` (a formula's result
+            // of "\r" is `_x000D_`); most has none, and needs no copy.
+            CellType::Inline | CellType::Text if !value.contains("_x") => value,
+            CellType::Inline | CellType::Text => {
+                out.clear();
+                unescape_ooxml(value, out);
+                out
+            }
+        })
+    }
+}
+
+/// Where the reader is in the sheet: a row or cell without a reference (`r`) follows the one
+/// before it.
+#[derive(Default)]
+struct Position {
+    row: u32,
+    next_row: u32,
+    next_col: u32,
+}
+
+impl Position {
+    /// A `<row>` starts, with its `r` if it has one.
+    fn row(&mut self, reference: Option<&[u8]>) -> Result<(), ReadError> {
+        self.row = match reference {
+            Some(r) => match number(r)? {
+                0 => return Err(damaged("a row is numbered 0")),
+                r if r > LAST_ROW => {
+                    return Err(damaged("a row lies past the last a sheet can have"));
+                }
+                r => r - 1,
+            },
+            None => self.next_row,
+        };
+        self.next_row = self.row.saturating_add(1);
+        self.next_col = 0;
+        Ok(())
+    }
+
+    /// A `<c>` starts, at the place its reference names, if any: its row and column.
+    fn cell(&mut self, at: Option<(u32, u32)>) -> (u32, u32) {
+        let col = match at {
+            Some((row, col)) => {
+                self.row = row;
+                col
+            }
+            None => self.next_col,
+        };
+        self.next_col = col.saturating_add(1);
+        (self.row, col)
+    }
+}
+
+/// What a cell's start tag says.
+#[derive(Default)]
+struct CellTag {
+    /// Its row and column, if it names them (`r`).
+    at: Option<(u32, u32)>,
+    kind: CellType,
+    style: usize,
+}
+
+impl CellTag {
+    /// Takes one attribute of the tag (its local name and raw value).
+    fn attr(&mut self, name: &[u8], value: &[u8]) -> Result<(), ReadError> {
+        match name {
+            b"r" => self.at = Some(cell_ref(value)?),
+            b"t" => self.kind = CellType::of(value),
+            b"s" => self.style = number(value)? as usize,
+            _ => {}
+        }
+        Ok(())
+    }
 }
 
 /// A cell's `t` attribute.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 enum CellType {
     /// A number, which its style may make a date (no `t`, or `n`).
+    #[default]
     Number,
     /// An index into the shared strings.
     Shared,

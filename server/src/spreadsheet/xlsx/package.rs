@@ -101,28 +101,37 @@ pub(super) fn read_workbook(
     }
 }
 
-/// The part of the sheet named `sheet`.
+/// The bytes of the sheet named `sheet`, unpacked as they are read.
 pub(super) fn sheet_part<'a>(
     zip: &'a mut ZipArchive<Cursor<Vec<u8>>>,
     budget: &'a mut Budget,
     sheets: &[(String, String)],
     sheet: &str,
-) -> Result<XmlReader<impl Read + 'a>, ReadError> {
+) -> Result<impl Read + 'a, ReadError> {
     let path = &sheets
         .iter()
         .find(|(name, _)| name == sheet)
         .ok_or_else(|| damaged("a sheet is listed but missing"))?
         .1;
-    part(zip, budget, path)?.ok_or_else(|| damaged("a sheet's part is missing"))
+    entry(zip, budget, path)?.ok_or_else(|| damaged("a sheet's part is missing"))
 }
 
-/// The part at `path` (matched without regard to case, as some writers differ), ready to read
-/// through the budget; `None` if there is no such part.
+/// The part at `path`, ready to read as XML; `None` if there is no such part.
 pub(super) fn part<'a>(
     zip: &'a mut ZipArchive<Cursor<Vec<u8>>>,
     budget: &'a mut Budget,
     path: &str,
 ) -> Result<Option<XmlReader<impl Read + 'a>>, ReadError> {
+    Ok(entry(zip, budget, path)?.map(|bytes| XmlReader::new(bytes, MAX_TOKEN_BYTES)))
+}
+
+/// The zip entry at `path` (matched without regard to case, as some writers differ), unpacked
+/// through the budget as it is read; `None` if there is no such entry.
+fn entry<'a>(
+    zip: &'a mut ZipArchive<Cursor<Vec<u8>>>,
+    budget: &'a mut Budget,
+    path: &str,
+) -> Result<Option<impl Read + 'a>, ReadError> {
     let index = zip.index_for_name(path).or_else(|| {
         zip.file_names()
             .position(|name| name.is_ok_and(|name| name.eq_ignore_ascii_case(path)))
@@ -131,5 +140,5 @@ pub(super) fn part<'a>(
         return Ok(None);
     };
     let entry = zip.by_index(index).map_err(ZipOrBomb::from)?;
-    Ok(Some(XmlReader::new(budget.entry(entry), MAX_TOKEN_BYTES)))
+    Ok(Some(budget.entry(entry)))
 }

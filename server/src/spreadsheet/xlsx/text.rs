@@ -54,7 +54,7 @@ pub(super) fn push_text(text: &str, preserve: bool, out: &mut String) {
 
 /// Decodes OOXML's escapes for characters XML cannot hold (`_x000D_` is a carriage return);
 /// a UTF-16 surrogate that is not part of a pair becomes U+FFFD.
-fn unescape_ooxml(text: &str, out: &mut String) {
+pub(super) fn unescape_ooxml(text: &str, out: &mut String) {
     let mut rest = text;
     let mut pending_high: Option<u16> = None;
     while let Some(at) = next_escape(rest) {

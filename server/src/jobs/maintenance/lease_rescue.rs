@@ -1,0 +1,48 @@
+//! Lease rescue: an item whose worker stopped renewing its lease (killed, machine gone,
+//! stalled) is freed, so another worker runs it about one lease later; one out of attempts
+//! fails (a chunk counts against its job, a step fails the job).
+
+use sqlx::PgPool;
+
+use crate::{
+    jobs::TaskError,
+    store::{
+        leadership::{self, Duty},
+        leases::{self, Item},
+        notify, states,
+    },
+};
+
+const STOPPED: &str =
+    "The worker running this stopped responding (it crashed, was killed, or lost the database).";
+
+/// One round, in one transaction; nothing when another process leads it.
+pub async fn round(pool: PgPool) -> Result<(), TaskError> {
+    let mut tx = pool.begin().await?;
+    if !leadership::lead(&mut tx, Duty::LeaseRescue).await? {
+        return Ok(());
+    }
+    for expired in leases::free_expired(&mut tx, STOPPED).await? {
+        tracing::warn!(item = ?expired.item(), attempts = expired.attempts, "lease expired");
+        if expired.attempts < expired.max_attempts {
+            continue;
+        }
+        let job_id = expired.job_id;
+        let version = match expired.item() {
+            Item::Chunk { .. } => states::job::add_failed_chunk(&mut tx, job_id).await?,
+            Item::Step(_) => {
+                let reason = format!(
+                    "The job could not be processed: its worker stopped responding during each \
+                     of {} attempts.",
+                    expired.attempts
+                );
+                states::job::fail(&mut tx, job_id, &reason).await?
+            }
+        };
+        if let Some(version) = version {
+            notify::job_changed(&mut tx, job_id, version).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}

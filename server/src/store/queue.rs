@@ -1,0 +1,107 @@
+//! The task messages, and every use of apalis's own tables (`apalis.jobs`): queueing,
+//! whether an item's message is still live, and pruning old messages. Messages carry ids only;
+//! everything else is read from our tables when the task runs, so a stale or duplicated
+//! message is harmless.
+//!
+//! apalis-postgres is pinned to an exact version (`Cargo.toml`) because these statements rely
+//! on its table layout: `job_type`, `idempotency_key`, `status` (`Pending`, `Queued`,
+//! `Running`, `Done`, `Failed`, `Killed`), `lock_at`, `done_at`, `run_at`, `attempts`,
+//! `max_attempts`. The `schema_pins` test pins that layout. (These statements are checked by
+//! that test, not by `sqlx::query!`: the database `.sqlx/` is made from has only our own
+//! migrations.)
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+/// The apalis queue all Conveyor tasks go through.
+pub const QUEUE: &str = "conveyor";
+
+/// Deliveries of one message before apalis gives up on it. Our own attempt count (see
+/// [`super::leases`]) is what limits runs; this only bounds apalis's redeliveries of a
+/// message whose item is already leased or done.
+pub const MAX_ATTEMPTS: usize = 25;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "task", rename_all = "camelCase")]
+pub enum TaskMsg {
+    Plan { job_id: Uuid },
+    Chunk { job_id: Uuid, chunk_no: i32 },
+    ExportPlan { job_id: Uuid },
+    ExportChunk { job_id: Uuid, chunk_no: i32 },
+    ExportFinish { job_id: Uuid },
+}
+
+/// Which messages apalis hands out first (it fetches by priority, then by age).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    New = 0,
+    /// Queued by `maintenance::requeue`: a dead worker's chunk, a retry after its backoff, a lost message.
+    /// Work already under way goes before the backlog, so a crash costs about one lease,
+    /// whatever is queued behind it.
+    Rerun = 1,
+}
+
+/// Queues tasks inside the caller's transaction: they exist exactly when its changes commit.
+/// Each goes with its item's ticket (see [`super::leases`]), its idempotency key.
+pub async fn push(
+    conn: &mut PgConnection,
+    tasks: &[(TaskMsg, Uuid)],
+    priority: Priority,
+) -> Result<(), apalis_postgres::Error> {
+    let tasks = tasks
+        .iter()
+        .map(|(task, ticket)| {
+            let bytes = serde_json::to_vec(task).expect("task messages always serialize");
+            apalis::prelude::TaskBuilder::new(bytes)
+                .max_attempts(MAX_ATTEMPTS)
+                .idempotency_key(ticket.to_string())
+                .priority(priority as usize)
+                .build()
+        })
+        .collect();
+    apalis_postgres::queries::push_tasks(conn, QUEUE, tasks).await
+}
+
+/// An SQL condition: the message with idempotency key `$ticket` (a uuid column) in queue
+/// `$queue` (a parameter) is live: it waits, or a worker took it within `$ttl` seconds (a
+/// parameter) and may still be about to take its item's lease.
+macro_rules! message_is_live {
+    ($queue:literal, $ttl:literal, $ticket:literal) => {
+        concat!(
+            "exists (select 1 from apalis.jobs m
+                 where m.job_type = ",
+            $queue,
+            " and m.idempotency_key = ",
+            $ticket,
+            "::text
+                   and (m.status = 'Pending'
+                        or m.status in ('Queued', 'Running')
+                           and m.lock_at > now() - make_interval(secs => ",
+            $ttl,
+            ")))"
+        )
+    };
+}
+pub(crate) use message_is_live;
+
+/// Deletes up to `limit` of our messages that apalis is done with (done, killed, or failed for
+/// good) and that ended more than `age` ago; how many.
+pub async fn prune(conn: &mut PgConnection, age: Duration, limit: i64) -> sqlx::Result<u64> {
+    let deleted = sqlx::query(
+        "delete from apalis.jobs where id in (
+             select id from apalis.jobs
+             where job_type = $1
+               and (status in ('Done', 'Killed') or status = 'Failed' and attempts >= max_attempts)
+               and coalesce(done_at, run_at) < now() - make_interval(secs => $2)
+             limit $3)",
+    )
+    .bind(QUEUE)
+    .bind(age.as_secs_f64())
+    .bind(limit)
+    .execute(conn)
+    .await?;
+    Ok(deleted.rows_affected())
+}

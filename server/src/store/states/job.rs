@@ -1,0 +1,344 @@
+//! Every change of a job's status (see the diagram in [`super`]), and the plan's seal. Each
+//! returns the job's new version, or `None` (nothing changed) when the job was not in the state
+//! the transition expects.
+
+use sqlx::{PgConnection, types::Json};
+use uuid::Uuid;
+
+use super::{JobKind, JobStatus, LIVE, chunk};
+use crate::{auth::Sees, spreadsheet::csv::RowFormat};
+
+use JobStatus::{Cancelled, Completed, Failed, Running, Waiting};
+
+/// `waiting` → `running`.
+pub async fn start(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        "update jobs set status = $2, started_at = now(), version = version + 1
+         where id = $1 and status = $3
+         returning version",
+        id,
+        Running as JobStatus,
+        Waiting as JobStatus,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// `waiting`/`running` → `failed`, with a reason for people (a step that cannot succeed
+/// however often it is tried).
+pub async fn fail(conn: &mut PgConnection, id: Uuid, reason: &str) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        "update jobs set status = $3, error = $2, finished_at = now(), version = version + 1
+         where id = $1 and status = any($4)
+         returning version",
+        id,
+        reason,
+        Failed as JobStatus,
+        &LIVE[..] as &[JobStatus],
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// A `running` job's plan is sealed: how an import reads its rows, its row and chunk counts (an
+/// import has at least one row: a file without rows fails at planning; an export of an empty
+/// dataset has none).
+pub async fn seal(
+    conn: &mut PgConnection,
+    id: Uuid,
+    format: Option<&RowFormat>,
+    item_count: i64,
+    chunks_total: i32,
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        "update jobs set sealed = true, row_format = $2, item_count = $3, chunks_total = $4,
+             attempts = 0, last_error = null, version = version + 1
+         where id = $1 and status = $5 and not sealed
+         returning version",
+        id,
+        format.map(Json) as _,
+        item_count,
+        chunks_total,
+        Running as JobStatus,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// What a chunk did, for the job's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkCounts {
+    /// Good rows: imported, whether new or replacing a row with the same key.
+    pub ok: i64,
+    /// Of `ok`, rows whose key was already there (in the dataset, or earlier in the file).
+    pub updated: i64,
+    pub failed: i64,
+}
+
+/// A chunk added to its job's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkAdded {
+    pub version: i64,
+    /// Every chunk of an export's sealed plan is done: its file can be assembled.
+    pub finish_export: bool,
+}
+
+/// Adds a finished chunk to the counters of a `running` job; then the job is `failed` if its rows
+/// in error passed its limit, or else `completed` if this was the last chunk of a sealed import.
+pub async fn add_chunk(
+    conn: &mut PgConnection,
+    id: Uuid,
+    counts: ChunkCounts,
+) -> sqlx::Result<Option<ChunkAdded>> {
+    let added = sqlx::query_as!(
+        ChunkAdded,
+        r#"update jobs set
+             item_progress = item_progress + $2 + $3,
+             rows_ok = rows_ok + $2,
+             rows_failed = rows_failed + $3,
+             rows_updated = rows_updated + $4,
+             chunks_done = chunks_done + 1,
+             version = version + 1
+         where id = $1 and status = $5
+         returning version, kind = $6 and sealed and chunks_failed = 0
+             and chunks_done = chunks_total as "finish_export!""#,
+        id,
+        counts.ok,
+        counts.failed,
+        counts.updated,
+        Running as JobStatus,
+        JobKind::Export as JobKind,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(added) = added else {
+        return Ok(None);
+    };
+    let stopped = if counts.failed > 0 {
+        stop_over_row_error_limit(conn, id).await?
+    } else {
+        None
+    };
+    let ended = match stopped {
+        Some(version) => Some(version),
+        None => end_if_all_chunks_ended(conn, id).await?,
+    };
+    Ok(Some(match ended {
+        Some(version) => ChunkAdded {
+            version,
+            finish_export: false,
+        },
+        None => added,
+    }))
+}
+
+/// Ends a `running` job that is over its row error limit (`failed`), or whose sealed plan's
+/// chunks have all ended. For a plan sealed after its chunks were done (a streamed sheet).
+pub async fn settle(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    match stop_over_row_error_limit(conn, id).await? {
+        Some(version) => Ok(Some(version)),
+        None => end_if_all_chunks_ended(conn, id).await,
+    }
+}
+
+/// `running` → `failed` when its rows in error passed its limit.
+async fn stop_over_row_error_limit(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        "update jobs set status = $3, finished_at = now(), version = version + 1,
+             error = format('Stopped after %s rows with errors, more than the limit of %s. '
+                            'Fix the file and import it again.',
+                            rows_failed,
+                            case when max_row_errors is not null
+                                      and rows_failed > max_row_errors
+                                 then max_row_errors::text
+                                 else max_row_errors_percent::text || '% of the rows' end)
+         where id = $1 and status = $2
+           and (rows_failed > max_row_errors
+                -- A streamed sheet's count is only what it declares until it is sealed.
+                or sealed and rows_failed * 100.0 > max_row_errors_percent * item_count)
+         returning version",
+        id,
+        Running as JobStatus,
+        Failed as JobStatus,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// `running` → `completed` (an import) or `failed` (any job with a failed chunk) once every
+/// chunk of its sealed plan is done or failed. An export whose chunks are all done goes on to
+/// its finish step instead ([`complete_export`]).
+async fn end_if_all_chunks_ended(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        "update jobs set
+             status = case when chunks_failed = 0 then $3::job_status else $4 end,
+             error = case when chunks_failed = 0 then error
+                          else format('%s of %s parts could not be processed (each was tried %s '
+                                      'times); see the parts below. Retry the job to run them '
+                                      'again.', chunks_failed, chunks_total,
+                                      max_failures_per_item) end,
+             finished_at = now(), version = version + 1
+         where id = $1 and status = $2 and sealed
+           and chunks_done + chunks_failed = chunks_total
+           and (kind = $5 or chunks_failed > 0)
+         returning version",
+        id,
+        Running as JobStatus,
+        Completed as JobStatus,
+        Failed as JobStatus,
+        JobKind::Import as JobKind,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Counts a chunk of a `running` job that ran out of attempts; the job ends (`failed`) when it
+/// was the last one outstanding.
+pub async fn add_failed_chunk(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    let counted: Option<i64> = sqlx::query_scalar!(
+        "update jobs set chunks_failed = chunks_failed + 1, version = version + 1
+         where id = $1 and status = $2
+         returning version",
+        id,
+        Running as JobStatus,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    match counted {
+        Some(version) => Ok(Some(
+            end_if_all_chunks_ended(conn, id).await?.unwrap_or(version),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// A `running` export whose chunks are all done → `completed`, with its file. `None` when
+/// another run of the finish step did it first, or the job was cancelled.
+pub async fn complete_export(
+    conn: &mut PgConnection,
+    id: Uuid,
+    result_upload_id: Uuid,
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        "update jobs set status = $3, result_upload_id = $2, finished_at = now(),
+             version = version + 1
+         where id = $1 and kind = $5 and status = $4 and sealed
+           and chunks_done = chunks_total and result_upload_id is null
+         returning version",
+        id,
+        result_upload_id,
+        Completed as JobStatus,
+        Running as JobStatus,
+        JobKind::Export as JobKind,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// `waiting`/`running` → `cancelled`, with a batch's live children, if `acts` covers the job.
+/// Every job cancelled, with its new version; none when the job had ended.
+pub async fn cancel(
+    conn: &mut PgConnection,
+    id: Uuid,
+    acts: Sees,
+) -> sqlx::Result<Vec<(Uuid, i64)>> {
+    let cancelled = sqlx::query!(
+        "update jobs set status = $3, finished_at = now(), version = version + 1
+         where status = any($4)
+           and (id = $1 and ($2::uuid is null or owner = $2)
+                or parent_id = $1 and exists (
+                    select 1 from jobs p where p.id = $1 and p.status = any($4)
+                        and ($2::uuid is null or p.owner = $2)))
+         returning id, version",
+        id,
+        acts.owner_filter(),
+        Cancelled as JobStatus,
+        &LIVE[..] as &[JobStatus],
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(cancelled
+        .into_iter()
+        .map(|job| (job.id, job.version))
+        .collect())
+}
+
+/// `failed`/`cancelled` → `waiting` (a job whose items are still kept; not a batch): what it had
+/// not done (its failed and pending chunks, or its plan) gets fresh attempts, and re-queueing
+/// queues them. Rows already written stay. `None` also when `acts` does not cover it.
+pub async fn retry(conn: &mut PgConnection, id: Uuid, acts: Sees) -> sqlx::Result<Option<i64>> {
+    chunk::lock_unfinished(conn, id, acts).await?;
+    // Back to `waiting`: it starts again only when no earlier job with its serialize key is
+    // live, and its plan step (which starts a planned job at once) goes first.
+    let version: Option<i64> = sqlx::query_scalar!(
+        "update jobs set status = $3,
+             error = null, finished_at = null, chunks_failed = 0, attempts = 0,
+             run_after = now(), last_error = null, lease_owner = null, lease_expires_at = null,
+             version = version + 1
+         where id = $1 and status = any($4) and items_pruned_at is null
+           and kind <> $5 and ($2::uuid is null or owner = $2)
+         returning version",
+        id,
+        acts.owner_filter(),
+        Waiting as JobStatus,
+        &[Failed, Cancelled] as &[JobStatus],
+        JobKind::Batch as JobKind,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if version.is_some() {
+        chunk::reopen_unfinished(conn, id).await?;
+    }
+    Ok(version)
+}
+
+/// A `running` batch takes no more children; `None` also when `acts` does not cover it.
+pub async fn seal_batch(
+    conn: &mut PgConnection,
+    id: Uuid,
+    acts: Sees,
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        "update jobs set sealed = true, version = version + 1
+         where id = $1 and kind = $3 and status = $4 and not sealed
+           and ($2::uuid is null or owner = $2)
+         returning version",
+        id,
+        acts.owner_filter(),
+        JobKind::Batch as JobKind,
+        Running as JobStatus,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// Every sealed `running` batch whose children have all ended → `completed` if they all
+/// completed, else `failed`. Returns each with its new version.
+pub async fn settle_batches(conn: &mut PgConnection) -> sqlx::Result<Vec<(Uuid, i64)>> {
+    let settled = sqlx::query!(
+        "update jobs p set finished_at = now(), version = version + 1,
+             status = case when bad.n = 0 then $3::job_status else $4 end,
+             error = case when bad.n = 0 then null
+                          else format('%s of its jobs did not complete.', bad.n) end
+         from (select b.id, (select count(*) from jobs c
+                             where c.parent_id = b.id and c.status <> $3) as n
+               from jobs b
+               where b.kind = $1 and b.status = $2 and b.sealed
+                 and not exists (select 1 from jobs c where c.parent_id = b.id
+                                 and c.status = any($5))
+               for update of b skip locked) bad
+         where p.id = bad.id
+         returning p.id, p.version",
+        JobKind::Batch as JobKind,
+        Running as JobStatus,
+        Completed as JobStatus,
+        Failed as JobStatus,
+        &LIVE[..] as &[JobStatus],
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(settled
+        .into_iter()
+        .map(|job| (job.id, job.version))
+        .collect())
+}

@@ -1,0 +1,48 @@
+//! The job and chunk state machines: their types and every transition, one function each,
+//! named for what it does and naming the state it expects, so a late or duplicated message can
+//! never move a job that has moved on. No SQL elsewhere changes a status or a chunk state (rows
+//! are only created in one: a batch `running`, a streamed chunk `done`), and none names one in
+//! its text: queries bind these enums (PostgreSQL enum types of the same
+//! names), so a misspelt state is an error rather than a query that quietly matches nothing.
+//!
+//! A job ([`JobStatus`], transitions in [`job`]):
+//!
+//! ```text
+//!          create             start (plan task)               last chunk done
+//!  (none) ───────▶ waiting ──────────────────────▶ running ─────────────────────▶ completed
+//!                   │  ▲                            │ │ │   export finish step ───▶ completed
+//!                   │  │ retry                      │ │ └── a part out of attempts,
+//!                   │  │                            │ │     too many bad rows,
+//!                   │  │                            │ │     file unusable ─────────▶ failed
+//!                   │  └──────── failed, cancelled ◀┘ │
+//!                   └── cancel ──────────────────────┴──────────────────────────▶ cancelled
+//! ```
+//!
+//! A batch is created `running`, takes children until sealed, and is settled `completed` (every
+//! child completed) or `failed` once they have all ended; cancelling it cancels its live
+//! children. Every transition bumps the job's `version` and the caller notifies
+//! (`store::notify`) in the same transaction.
+//!
+//! A chunk ([`ChunkState`], transitions in [`chunk`]): `pending` → `done` when its rows commit
+//! (or is recorded `done` at once, for a streamed sheet); `pending` → `failed` when an attempt
+//! fails or its lease expires with no attempts left; back to `pending` when its job is retried.
+
+pub mod chunk;
+pub mod job;
+
+pub use app::model::{ExportFormat, JobKind, JobStatus};
+
+/// Where a chunk is: the `chunk_state` type of PostgreSQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "chunk_state", rename_all = "lowercase")]
+pub enum ChunkState {
+    /// To do, whether or not a worker holds its lease now.
+    Pending,
+    /// Its rows are written and counted.
+    Done,
+    /// Out of attempts; runs again only if its job is retried.
+    Failed,
+}
+
+/// The statuses of a job that can still change: waiting or running.
+pub const LIVE: [JobStatus; 2] = [JobStatus::Waiting, JobStatus::Running];

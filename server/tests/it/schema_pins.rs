@@ -1,0 +1,124 @@
+//! What the code assumes of the database it cannot check at compile time: the labels of our
+//! PostgreSQL enums match the Rust enums, and apalis's table has the columns and status words
+//! `store::queue` relies on (apalis-postgres is pinned exactly; this catches a bump that moves
+//! them).
+
+use app::model::{ExportFormat, JobKind, JobStatus};
+use server::store::{
+    queue::{self, Priority, TaskMsg},
+    states::ChunkState,
+};
+use sqlx::PgPool;
+
+use crate::support::TestDb;
+
+async fn labels(pool: &PgPool, type_name: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "select e.enumlabel::text from pg_enum e join pg_type t on t.oid = e.enumtypid
+         where t.typname = $1 order by e.enumsortorder",
+    )
+    .bind(type_name)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Every variant round-trips through PostgreSQL, and the type has no label Rust lacks.
+async fn round_trips<T>(pool: &PgPool, type_name: &str, variants: &[T])
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres>
+        + sqlx::Encode<'static, sqlx::Postgres>
+        + sqlx::Type<sqlx::Postgres>
+        + PartialEq
+        + std::fmt::Debug
+        + Copy
+        + Send
+        + Unpin
+        + 'static,
+{
+    assert_eq!(
+        labels(pool, type_name).await.len(),
+        variants.len(),
+        "{type_name}"
+    );
+    for &variant in variants {
+        // A statement per type: sqlx keeps one prepared statement per SQL text.
+        let back: T = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("select $1::{type_name}")))
+            .bind(variant)
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|err| panic!("{type_name} {variant:?}: {err}"));
+        assert_eq!(back, variant);
+    }
+}
+
+#[tokio::test]
+async fn state_enums_match_their_postgres_types() {
+    let db = TestDb::new().await;
+    use JobStatus::*;
+    round_trips(
+        &db.pool,
+        "job_status",
+        &[Waiting, Running, Completed, Failed, Cancelled],
+    )
+    .await;
+    round_trips(
+        &db.pool,
+        "job_kind",
+        &[JobKind::Import, JobKind::Export, JobKind::Batch],
+    )
+    .await;
+    round_trips(
+        &db.pool,
+        "export_format",
+        &[ExportFormat::Csv, ExportFormat::Xlsx],
+    )
+    .await;
+    let chunk = [ChunkState::Pending, ChunkState::Done, ChunkState::Failed];
+    round_trips(&db.pool, "chunk_state", &chunk).await;
+}
+
+#[tokio::test]
+async fn apalis_tables_have_the_layout_the_queue_relies_on() {
+    let db = TestDb::new().await;
+    let columns: Vec<(String, String)> = sqlx::query_as(
+        "select column_name::text, data_type::text from information_schema.columns
+         where table_schema = 'apalis' and table_name = 'jobs' order by column_name",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    for (name, data_type) in [
+        ("id", "text"),
+        ("job_type", "text"),
+        ("idempotency_key", "text"),
+        ("status", "text"),
+        ("lock_at", "timestamp with time zone"),
+        ("done_at", "timestamp with time zone"),
+        ("run_at", "timestamp with time zone"),
+        ("attempts", "integer"),
+        ("max_attempts", "integer"),
+        ("priority", "integer"),
+    ] {
+        assert!(
+            columns.iter().any(|(n, t)| n == name && t == data_type),
+            "apalis.jobs.{name} ({data_type}) is gone or changed: {columns:?}"
+        );
+    }
+    // A pushed message waits as `Pending`, the word `store::queue::message_is_live` looks for.
+    let ticket = uuid::Uuid::new_v4();
+    let task = TaskMsg::Plan {
+        job_id: uuid::Uuid::new_v4(),
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    queue::push(&mut conn, &[(task, ticket)], Priority::New)
+        .await
+        .unwrap();
+    let status: String =
+        sqlx::query_scalar("select status from apalis.jobs where idempotency_key = $1")
+            .bind(ticket.to_string())
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+    assert_eq!(status, "Pending");
+}
