@@ -11,7 +11,7 @@ PG := $(CURDIR)/.ci/pg.sh
 # cargo-leptos, wasm-bindgen (cargo install) and wasm-opt (npm binaryen) live here.
 export PATH := $(HOME)/.cargo/bin:$(CURDIR)/end2end/node_modules/.bin:$(PATH)
 
-.PHONY: tools db run test bench fuzz fmt clean-db sqlx
+.PHONY: tools db run test e2e bench fuzz fmt clean-db sqlx
 
 tools:
 	bash .ci/tools.sh
@@ -23,14 +23,14 @@ run: tools db
 	export DATABASE_URL="$${DATABASE_URL:-$$("$(PG)" url "$(PG_DIR)" conveyor)}"
 	cargo leptos serve
 
-# $(call e2e,PROFILE,FLAGS): the Playwright suite against a served build and a fresh database.
-# The server runs no workers: the tests start `server worker` themselves.
+# $(call e2e,PROFILE,FLAGS,ARGS): builds the site, then runs Playwright, which starts the built
+# server itself for each spec file, on a free port with a fresh database in the test cluster
+# ($CONVEYOR_TEST_DATABASE_URL), and drops it afterwards (end2end/tests/app.ts). The servers run
+# no workers: the tests start `server worker` themselves. ARGS go to Playwright.
 define e2e
-"$(PG)" recreate "$(TEST_PG_DIR)" conveyor_e2e
-DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" conveyor_e2e)" \
-  CONVEYOR_NO_WORKERS=1 CONVEYOR_WORKER_BIN="$(CURDIR)/target/$(1)/server" \
-  CONVEYOR_CHUNK_ROWS=200 CONVEYOR_WORKER_CONCURRENCY=1 \
-  cargo leptos end-to-end $(2)
+cargo leptos build $(2)
+CONVEYOR_SERVER_BIN="$(CURDIR)/target/$(1)/server" \
+  playwright test --config end2end/playwright.config.ts $(3)
 endef
 
 # `.sqlx/` holds what `sqlx::query!` checks each query against (builds are offline:
@@ -59,9 +59,17 @@ test: tools
 	trap '"$(PG)" stop "$(TEST_PG_DIR)"' EXIT
 	PG_FAST=1 "$(PG)" start "$(TEST_PG_DIR)"
 	$(call sqlx_prepare,--check)
-	CONVEYOR_TEST_DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" postgres)" cargo test --workspace
+	export CONVEYOR_TEST_DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" postgres)"
+	cargo test --workspace
 	$(call e2e,debug,)
 	$(call e2e,release,--release)
+
+# Playwright alone against the test cluster (started if need be, and left running):
+# `make e2e`, `make e2e RELEASE=1`, `make e2e SPEC=import` (spec files whose name has it).
+e2e: tools
+	PG_FAST=1 "$(PG)" start "$(TEST_PG_DIR)"
+	export CONVEYOR_TEST_DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" postgres)"
+	$(call e2e,$(if $(RELEASE),release,debug),$(if $(RELEASE),--release),$(SPEC))
 
 # Import/export speed against raw COPY on this machine; ROWS=… (default 1,000,000) and
 # XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile|xml runs one

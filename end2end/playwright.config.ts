@@ -1,9 +1,9 @@
 import path from 'node:path';
 import { defineConfig } from '@playwright/test';
 
-// `cargo leptos end-to-end` runs this from the repository root (end2end-cmd) and starts the
-// server at the same moment, without waiting for it: the webServer entry below holds the
-// tests back until http://127.0.0.1:3000/ answers. Paths are relative to this file.
+// Run after `cargo leptos build` (the Makefile's e2e). There is no webServer: each spec file gets
+// a server of its own on a free port, with a database of its own (tests/app.ts), so a server
+// left on :3000 (`make run`) is never what is tested. Paths are relative to this file.
 export default defineConfig({
   testDir: path.join(__dirname, 'tests'),
   outputDir: path.join(__dirname, 'test-results'),
@@ -14,7 +14,6 @@ export default defineConfig({
   timeout: 60_000,
   reporter: 'list',
   use: {
-    baseURL: 'http://127.0.0.1:3000',
     browserName: 'chromium',
     trace: 'retain-on-failure',
     screenshot: 'only-on-failure',
@@ -32,14 +31,5 @@ export default defineConfig({
         '--disable-sync',
       ],
     },
-  },
-  webServer: {
-    // cargo-leptos owns the real server; this command only has to stay alive while Playwright
-    // polls `url` (an already answering server is reused at once).
-    command: 'node wait-for-server.mjs',
-    cwd: __dirname,
-    url: 'http://127.0.0.1:3000/',
-    reuseExistingServer: true,
-    timeout: 120_000,
   },
 });

@@ -1,7 +1,7 @@
-import { execFileSync } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
-import { expect, test, type Browser, type Page } from '@playwright/test';
-import { JobListPage, JobPage, MESSAGES, UploadPage, Worker, expectHydrated } from './pages';
+import type { Browser, Page } from '@playwright/test';
+import { type App, Worker, expect, test } from './app';
+import { JobListPage, JobPage, MESSAGES, UploadPage, expectHydrated } from './pages';
 
 let worker: Worker | undefined;
 
@@ -13,14 +13,8 @@ test.afterEach(async () => {
 const PASSWORD = 'correct horse battery';
 
 /** `server user add` (the operator's command), with the password on stdin. */
-function addUser(email: string, role: 'admin' | 'viewer' | 'member'): void {
-  const bin = process.env.CONVEYOR_WORKER_BIN;
-  if (!bin) throw new Error('CONVEYOR_WORKER_BIN is not set (see the Makefile `test` target)');
-  execFileSync(bin, ['user', 'add', '--email', email, '--role', role, '--password-stdin'], {
-    input: `${PASSWORD}\n`,
-    env: process.env,
-    stdio: ['pipe', 'pipe', 'inherit'],
-  });
+function addUser(app: App, email: string, role: 'admin' | 'viewer' | 'member'): void {
+  app.run(['user', 'add', '--email', email, '--role', role, '--password-stdin'], `${PASSWORD}\n`);
 }
 
 /** A browser of its own (its own cookies), on `/login`, signed in as `email`. */
@@ -46,6 +40,7 @@ async function importSmall(page: Page, testInfo: { outputPath(name: string): str
 
 test('sign up and sign in; members see only their own jobs, admins all, viewers change nothing', async ({
   browser,
+  app,
 }, testInfo) => {
   test.setTimeout(120_000);
   const stamp = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
@@ -64,7 +59,7 @@ test('sign up and sign in; members see only their own jobs, admins all, viewers 
   await expect(new JobPage(pageA).message).toHaveText(MESSAGES.waiting);
 
   // Member B (an account made by the operator) signs in and imports their own.
-  addUser(b, 'member');
+  addUser(app, b, 'member');
   const pageB = await signedIn(browser, b);
   const jobB = await importSmall(pageB, testInfo, `b_${stamp}`);
 
@@ -78,7 +73,7 @@ test('sign up and sign in; members see only their own jobs, admins all, viewers 
   await expect(listB.rowFor(jobA)).toHaveCount(0);
 
   // The admin sees both, with their owners, and may cancel A's job.
-  addUser(admin, 'admin');
+  addUser(app, admin, 'admin');
   const pageAdmin = await signedIn(browser, admin);
   const listAdmin = new JobListPage(pageAdmin);
   await listAdmin.goto();
@@ -88,7 +83,7 @@ test('sign up and sign in; members see only their own jobs, admins all, viewers 
 
   // The viewer sees A's job with Cancel shown but disabled; once the admin has cancelled it,
   // Retry appears, disabled too.
-  addUser(viewer, 'viewer');
+  addUser(app, viewer, 'viewer');
   const pageViewer = await signedIn(browser, viewer);
   await pageViewer.goto(`/jobs/${jobA}`);
   await expectHydrated(pageViewer);
@@ -116,10 +111,10 @@ test('sign up and sign in; members see only their own jobs, admins all, viewers 
   await expect(pageB.getByTestId('signed-in-as')).toHaveCount(0);
 });
 
-test('a guest imports, then signs up and keeps the job', async ({ page }, testInfo) => {
+test('a guest imports, then signs up and keeps the job', async ({ page, app }, testInfo) => {
   const dataset = `guest_${Date.now().toString(36)}`;
   const jobId = await importSmall(page, testInfo, dataset);
-  worker = await Worker.start();
+  worker = await Worker.start(app);
   await expect(new JobPage(page).message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
   await expect(page.getByTestId('guest')).toBeVisible();
 
@@ -136,7 +131,7 @@ test('a guest imports, then signs up and keeps the job', async ({ page }, testIn
   await expect(list.rowFor(jobId).getByTestId('job-status')).toHaveText('completed');
 });
 
-test('hostile names are shown as text after hydration', async ({ page }, testInfo) => {
+test('hostile names are shown as text after hydration', async ({ page, app }, testInfo) => {
   const evil = '</script><img src=x onerror=alert(1)>';
   let dialogs = 0;
   page.on('dialog', async (dialog) => {
@@ -149,7 +144,7 @@ test('hostile names are shown as text after hydration', async ({ page }, testInf
   const upload = new UploadPage(page);
   await upload.goto();
   await upload.importFile(file, dataset);
-  worker = await Worker.start();
+  worker = await Worker.start(app);
   await expect(new JobPage(page).message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
 
   await page.goto(`/datasets/${dataset}`);

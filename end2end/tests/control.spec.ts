@@ -1,6 +1,6 @@
 import { writeFile } from 'node:fs/promises';
-import { expect, test } from '@playwright/test';
-import { JobPage, MESSAGES, UploadPage, Worker, expectHydrated } from './pages';
+import { Worker, expect, test } from './app';
+import { JobPage, MESSAGES, UploadPage, expectHydrated } from './pages';
 
 let worker: Worker | undefined;
 
@@ -9,7 +9,7 @@ test.afterEach(async () => {
   worker = undefined;
 });
 
-test('a waiting job is cancelled from its page, then retried and completed', async ({ page }, testInfo) => {
+test('a waiting job is cancelled from its page, then retried and completed', async ({ page, app }, testInfo) => {
   const file = testInfo.outputPath('later.csv');
   await writeFile(file, 'id,name\n1,Ada\n2,Grace\n');
   const dataset = `e2e_control_${Date.now().toString(36)}`;
@@ -28,7 +28,7 @@ test('a waiting job is cancelled from its page, then retried and completed', asy
   // Retry runs again what the job had not done: here, all of it.
   await page.getByTestId('retry-job').click();
   await expect(job.message).toHaveText(MESSAGES.waiting);
-  worker = await Worker.start();
+  worker = await Worker.start(app);
   await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
   await expect(job.rows).toHaveText('2 of 2 rows');
   await expect(page.getByTestId('retry-job')).toHaveCount(0);

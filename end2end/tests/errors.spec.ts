@@ -1,6 +1,6 @@
 import { writeFile } from 'node:fs/promises';
-import { expect, test } from '@playwright/test';
-import { JobPage, MESSAGES, UploadPage, Worker } from './pages';
+import { Worker, expect, test } from './app';
+import { JobPage, MESSAGES, UploadPage } from './pages';
 
 let worker: Worker | undefined;
 
@@ -9,7 +9,7 @@ test.afterEach(async () => {
   worker = undefined;
 });
 
-test('bad rows are reported on the job page with a downloadable report', async ({ page }, testInfo) => {
+test('bad rows are reported on the job page with a downloadable report', async ({ page, app }, testInfo) => {
   const file = testInfo.outputPath('mixed.csv');
   await writeFile(file, 'id,name\n1,Ada\n2\n3,Grace\n=cmd(),x,extra\n');
   const dataset = `e2e_errors_${Date.now().toString(36)}`;
@@ -17,7 +17,7 @@ test('bad rows are reported on the job page with a downloadable report', async (
   const upload = new UploadPage(page);
   await upload.goto();
   const jobId = await upload.importFile(file, dataset);
-  worker = await Worker.start();
+  worker = await Worker.start(app);
 
   const job = new JobPage(page);
   await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });

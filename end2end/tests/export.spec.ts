@@ -1,6 +1,6 @@
 import { writeFile } from 'node:fs/promises';
-import { expect, test } from '@playwright/test';
-import { JobPage, MESSAGES, UploadPage, Worker, expectHydrated } from './pages';
+import { Worker, expect, test } from './app';
+import { JobPage, MESSAGES, UploadPage, expectHydrated } from './pages';
 
 let worker: Worker | undefined;
 
@@ -9,7 +9,7 @@ test.afterEach(async () => {
   worker = undefined;
 });
 
-test('a dataset is exported from its page and the file downloaded', async ({ page }, testInfo) => {
+test('a dataset is exported from its page and the file downloaded', async ({ page, app }, testInfo) => {
   const file = testInfo.outputPath('team.csv');
   await writeFile(file, 'name,role\nAda,engineer\nGrace,=admiral\n');
   const dataset = `e2e_export_${Date.now().toString(36)}`;
@@ -17,7 +17,7 @@ test('a dataset is exported from its page and the file downloaded', async ({ pag
   const upload = new UploadPage(page);
   await upload.goto();
   await upload.importFile(file, dataset);
-  worker = await Worker.start();
+  worker = await Worker.start(app);
   const job = new JobPage(page);
   await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
 

@@ -1,29 +1,22 @@
-import { execFileSync } from 'node:child_process';
-import { expect, test } from '@playwright/test';
-import { JobPage, MESSAGES, Worker, expectHydrated } from './pages';
+import { Worker, expect, test } from './app';
+import { JobPage, MESSAGES, expectHydrated } from './pages';
 
 let worker: Worker | undefined;
 
-/** Runs SQL on the test database (the one the server and workers use). */
-function sql(statement: string): void {
-  const url = process.env.DATABASE_URL;
-  if (!url) throw new Error('DATABASE_URL is not set (see the Makefile `test` target)');
-  execFileSync('psql', [url, '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-c', statement]);
-}
-
 const poison = `poison_${Date.now().toString(36)}`;
 
-test.afterEach(async () => {
+test.afterEach(async ({ app }) => {
   await worker?.stop();
   worker = undefined;
-  sql('drop trigger if exists e2e_poison on dataset_rows');
+  app.sql('drop trigger if exists e2e_poison on dataset_rows');
 });
 
 test('a part that fails every attempt is listed on the job page, and Retry runs it', async ({
   page,
+  app,
 }) => {
   // Every write of a row holding the marker fails, as a broken disk would make it.
-  sql(`create or replace function e2e_poison() returns trigger language plpgsql as $$
+  app.sql(`create or replace function e2e_poison() returns trigger language plpgsql as $$
        begin
          if new.record like '%${poison}%' then raise exception 'the disk is on fire'; end if;
          return new;
@@ -54,7 +47,7 @@ test('a part that fails every attempt is listed on the job page, and Retry runs 
   await page.goto(`/jobs/${jobId}`);
   await expectHydrated(page);
   const job = new JobPage(page);
-  worker = await Worker.start();
+  worker = await Worker.start(app);
   await expect(job.message).toHaveText(/^Job failed: 1 of 1 parts could not be processed/, {
     timeout: 60_000,
   });
@@ -68,7 +61,7 @@ test('a part that fails every attempt is listed on the job page, and Retry runs 
   await expect(parts.first()).not.toContainText('fire');
 
   // The disk is fixed: Retry runs the part again, and the job completes.
-  sql('drop trigger e2e_poison on dataset_rows');
+  app.sql('drop trigger e2e_poison on dataset_rows');
   await page.getByTestId('retry-job').click();
   await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
   await expect(job.rows).toHaveText('2 of 2 rows');

@@ -1,10 +1,10 @@
-import { expect, test, type Response } from '@playwright/test';
+import type { Response } from '@playwright/test';
+import { Worker, expect, test } from './app';
 import {
   JobListPage,
   JobPage,
   MESSAGES,
   UploadPage,
-  Worker,
   expectHydrated,
   fixture,
   recordJobMessages,
@@ -21,7 +21,7 @@ test.afterEach(async () => {
   worker = undefined;
 });
 
-test('imports a CSV and shows the three messages in order', async ({ page }, testInfo) => {
+test('imports a CSV and shows the three messages in order', async ({ page, app }, testInfo) => {
   test.setTimeout(180_000);
   const file = testInfo.outputPath('people.csv');
   const firstRow = await writeCsv(file, ROWS);
@@ -40,7 +40,7 @@ test('imports a CSV and shows the three messages in order', async ({ page }, tes
   await eventStream;
   await expect(job.message).toHaveText(MESSAGES.waiting);
 
-  worker = await Worker.start();
+  worker = await Worker.start(app);
   await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
 
   // Exactly waiting -> running (any number of percentages, never decreasing) -> complete.
@@ -91,7 +91,7 @@ test('imports a CSV and shows the three messages in order', async ({ page }, tes
   await expect(list.rows.first().locator(`a[href$="/jobs/${jobId}"]`)).toHaveCount(1);
 });
 
-test('imports a workbook sheet chosen by name', async ({ page }) => {
+test('imports a workbook sheet chosen by name', async ({ page, app }) => {
   const dataset = `e2e_xls_${Date.now().toString(36)}`;
   const upload = new UploadPage(page);
   await upload.goto();
@@ -100,7 +100,7 @@ test('imports a workbook sheet chosen by name', async ({ page }) => {
   await upload.sheetInput.fill('People');
   const jobId = await upload.importFile(fixture('people.xls'), dataset);
 
-  worker = await Worker.start();
+  worker = await Worker.start(app);
   const job = new JobPage(page);
   await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
   await expect(job.rows).toHaveText('2 of 2 rows');

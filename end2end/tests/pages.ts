@@ -1,6 +1,4 @@
 // Page objects and helpers shared by the specs. Selectors follow the app's test ids.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { expect, type Locator, type Page } from '@playwright/test';
@@ -153,42 +151,4 @@ export async function writeCsv(path: string, count: number): Promise<CsvRow> {
   }
   await writeFile(path, lines.join('\n') + '\n');
   return row(1);
-}
-
-/**
- * Starts `$CONVEYOR_WORKER_BIN worker` (the app is served with CONVEYOR_NO_WORKERS=1, so no job
- * runs before this). It inherits DATABASE_URL, CONVEYOR_CHUNK_ROWS and the rest of the env.
- */
-export class Worker {
-  private constructor(private readonly child: ChildProcess) {}
-
-  static async start(): Promise<Worker> {
-    const bin = process.env.CONVEYOR_WORKER_BIN;
-    if (!bin) throw new Error('CONVEYOR_WORKER_BIN is not set (see the Makefile `test` target)');
-    const child = spawn(bin, ['worker'], { env: process.env, stdio: 'inherit' });
-    await new Promise<void>((resolve, reject) => {
-      child.once('spawn', resolve);
-      child.once('error', (err) => reject(new Error(`cannot start ${bin} worker: ${err.message}`)));
-    });
-    child.once('exit', (code, signal) => {
-      if (code !== null && code !== 0) console.error(`worker exited with code ${code}`);
-      else if (signal && signal !== 'SIGTERM' && signal !== 'SIGKILL')
-        console.error(`worker killed by ${signal}`);
-    });
-    return new Worker(child);
-  }
-
-  /** SIGTERM, then SIGKILL if it has not exited within `graceMs`. */
-  async stop(graceMs = 10_000): Promise<void> {
-    const child = this.child;
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    const exited = once(child, 'exit');
-    child.kill('SIGTERM');
-    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-    try {
-      await exited;
-    } finally {
-      clearTimeout(timer);
-    }
-  }
 }
