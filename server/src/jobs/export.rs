@@ -111,7 +111,7 @@ pub async fn chunk(
     let part = tokio::task::spawn_blocking(move || output::rows_csv(&columns, &rows)).await?;
 
     if run.stop.is_cancelled() {
-        return Ok(());
+        return Err(TaskError::Stopped);
     }
     let mut tx = pool.begin().await?;
     if !chunks::claim(&mut tx, job_id, chunk_no, &run.lease.owner).await? {
@@ -139,7 +139,7 @@ pub async fn chunk(
     notify::job_changed(&mut tx, job_id, added.version).await?;
     if run.stop.is_cancelled() {
         tx.rollback().await?;
-        return Ok(());
+        return Err(TaskError::Stopped);
     }
     tx.commit().await?;
     Ok(())

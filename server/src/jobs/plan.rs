@@ -90,8 +90,8 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
     if last_row_no > datasets::MAX_ROW_NO {
         return Err(format::too_many_rows());
     }
-    // A refusal rolls back (dropping the transaction), releasing the job row before the job
-    // is failed.
+    // A refusal drops the transaction: it rolls back as its connection returns to the pool,
+    // releasing the job row the runner then fails.
     let format = format::row_format(&mut tx, job.dataset_id, &plan).await?;
     chunks::insert_all(&mut tx, job_id, &plan.chunks).await?;
     let chunks_total = plan.chunks.len() as i32;

@@ -211,7 +211,9 @@ impl Runner {
             Err(TaskError::Refused(reason)) => {
                 match super::fail(pool, lease.item.job_id(), &reason).await {
                     Ok(()) => leases::release(pool, &lease).await,
-                    Err(err) => Err(err),
+                    // Not recorded: an attempt like any other failure, so the refusal comes
+                    // again after the backoff.
+                    Err(err) => self.record_failure(&lease, &task, &err.into()).await,
                 }
             }
             Err(err @ TaskError::Retry(_)) => self.record_failure(&lease, &task, &err).await,

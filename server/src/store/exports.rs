@@ -1,7 +1,7 @@
 //! Export jobs' SQL: cutting a dataset's rows into chunks by key range, reading a chunk's rows,
 //! and the rendered parts waiting to be assembled into the file.
 
-use futures::{Stream, TryStreamExt};
+use futures::Stream;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -149,7 +149,6 @@ pub fn parts(pool: &PgPool, job_id: Uuid) -> impl Stream<Item = sqlx::Result<Vec
         job_id,
     )
     .fetch(pool)
-    .map_ok(|data: Vec<u8>| data)
 }
 
 pub async fn delete_parts(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<()> {

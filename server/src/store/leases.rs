@@ -67,7 +67,7 @@ impl Item {
         }
     }
 
-    /// The chunk number, `None` for a step (bound as `$2` in every query below).
+    /// The chunk number, `None` for a step (bound as `$2` by [`acquire`]).
     fn chunk_no(self) -> Option<i32> {
         match self {
             Item::Step(_) => None,
@@ -265,14 +265,7 @@ pub async fn next_step(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<Uu
     .await
 }
 
-/// An item whose holder stopped renewing its lease (killed, machine gone, or stalled).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Expired {
-    pub job_id: Uuid,
-    pub chunk_no: Option<i32>,
-    pub attempts: i32,
-    pub max_attempts: i32,
-}
+pub use super::states::Expired;
 
 impl Expired {
     pub fn item(&self) -> Item {
@@ -289,16 +282,7 @@ impl Expired {
 /// Frees the items of live jobs whose lease expired, in the caller's transaction (a chunk out
 /// of attempts becomes `failed` with `reason`); returns them.
 pub async fn free_expired(conn: &mut PgConnection, reason: &str) -> sqlx::Result<Vec<Expired>> {
-    let chunks = states::chunk::expire_leases(&mut *conn, reason).await?;
-    let mut freed: Vec<Expired> = chunks
-        .into_iter()
-        .map(|chunk| Expired {
-            job_id: chunk.job_id,
-            chunk_no: Some(chunk.chunk_no),
-            attempts: chunk.attempts,
-            max_attempts: chunk.max_attempts,
-        })
-        .collect();
+    let mut freed = states::chunk::expire_leases(&mut *conn, reason).await?;
     let steps = sqlx::query_as!(
         Expired,
         r#"update jobs set lease_owner = null, lease_expires_at = null, last_error = $1

@@ -6,7 +6,7 @@ use std::time::Duration;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::{ChunkState, JobStatus};
+use super::{ChunkState, Expired, JobStatus};
 use crate::auth::Sees;
 
 use ChunkState::{Done, Failed, Pending};
@@ -57,26 +57,18 @@ pub async fn fail_attempt(
     Ok(updated.rows_affected() > 0)
 }
 
-/// A chunk whose lease expired, and its attempts so far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Expired {
-    pub job_id: Uuid,
-    pub chunk_no: i32,
-    pub attempts: i32,
-    pub max_attempts: i32,
-}
-
 /// The `pending` chunks of `running` jobs whose lease expired are freed, with `reason` as their
 /// last error; those out of attempts become `failed`.
 pub async fn expire_leases(conn: &mut PgConnection, reason: &str) -> sqlx::Result<Vec<Expired>> {
     sqlx::query_as!(
         Expired,
-        "update job_chunks c set lease_owner = null, lease_expires_at = null, last_error = $1,
+        r#"update job_chunks c set lease_owner = null, lease_expires_at = null, last_error = $1,
              state = case when c.attempts >= j.max_failures_per_item then $4 else $2 end
          from jobs j
          where c.state = $2 and c.lease_expires_at < now() and j.id = c.job_id
            and j.status = $3
-         returning c.job_id, c.chunk_no, c.attempts, j.max_failures_per_item as max_attempts",
+         returning c.job_id, c.chunk_no as "chunk_no?", c.attempts,
+             j.max_failures_per_item as max_attempts"#,
         reason,
         Pending as ChunkState,
         JobStatus::Running as JobStatus,

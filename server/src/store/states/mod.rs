@@ -44,5 +44,16 @@ pub enum ChunkState {
     Failed,
 }
 
+/// An item whose holder stopped renewing its lease (killed, machine gone, or stalled): a chunk
+/// ([`chunk::expire_leases`]) or a job's step (`store::leases::free_expired`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired {
+    pub job_id: uuid::Uuid,
+    /// `None` for a step.
+    pub chunk_no: Option<i32>,
+    pub attempts: i32,
+    pub max_attempts: i32,
+}
+
 /// The statuses of a job that can still change: waiting or running.
 pub const LIVE: [JobStatus; 2] = [JobStatus::Waiting, JobStatus::Running];
