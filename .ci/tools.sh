@@ -47,7 +47,7 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$BINDGEN_VER
 fi
 
 SQLX_VERSION=$(awk '/^name = "sqlx"$/{getline; gsub(/[^0-9.]/,""); print; exit}' Cargo.lock)
-if [ "$(cargo-sqlx --version 2>/dev/null | awk '{print $2}')" != "$SQLX_VERSION" ]; then
+if [ "$(cargo sqlx --version 2>/dev/null | awk '{print $2}')" != "$SQLX_VERSION" ]; then
   log "building sqlx-cli $SQLX_VERSION (checks the queries' offline data, .sqlx/)"
   cargo install sqlx-cli --version "$SQLX_VERSION" --no-default-features \
     --features postgres,rustls --locked
