@@ -35,11 +35,16 @@ endef
 
 # `.sqlx/` holds what `sqlx::query!` checks each query against (builds are offline:
 # .cargo/config.toml). After changing a query or a migration, `make sqlx` writes it again from a
-# freshly migrated database; `make test` fails while it is stale.
+# database migrated afresh (ours and apalis's migrations); `make test` fails while it is stale.
+APALIS_DIR_PY := import json, sys; print(next(p["manifest_path"] for p in json.load(sys.stdin)["packages"] if p["name"] == "apalis-postgres").rsplit("/", 1)[0])
 define sqlx_prepare
 "$(PG)" recreate "$(TEST_PG_DIR)" conveyor_sqlx
 DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" conveyor_sqlx)"; export DATABASE_URL
 cargo sqlx migrate run --source migrations
+# apalis's own tables too (store::queue reads them), from the pinned crate's source. They are
+# recorded beside ours here (the server keeps them apart), hence --ignore-missing.
+apalis="$$(cargo metadata --format-version 1 --locked | python3 -c '$(APALIS_DIR_PY)')"
+cargo sqlx migrate run --source "$$apalis/migrations" --ignore-missing
 cargo sqlx prepare --workspace $(1) -- --all-targets
 endef
 

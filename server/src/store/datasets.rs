@@ -12,18 +12,21 @@ use crate::{
     spreadsheet::{record, schema},
 };
 
-/// What a [`DatasetView`] shows, from `datasets d`.
+/// `sqlx::query_as!(DatasetRow, …)`: what a [`DatasetView`] shows, from `datasets d`, with
+/// `$rest` after it.
 macro_rules! select_view {
-    ($rest:literal) => {
-        concat!(
-            "select d.name, d.columns, d.key, d.created_at, d.owner, o.email as owner_email
-             from datasets d join users o on o.id = d.owner ",
-            $rest
+    ($rest:tt, $($arg:expr),+ $(,)?) => {
+        sqlx::query_as!(
+            DatasetRow,
+            r#"select d.name, d.columns as "columns: Json<Vec<Column>>", d.key, d.created_at,
+                      d.owner, o.email as owner_email
+               from datasets d join users o on o.id = d.owner "#
+                + $rest,
+            $($arg),+
         )
     };
 }
 
-#[derive(sqlx::FromRow)]
 struct DatasetRow {
     name: String,
     columns: Json<Vec<Column>>,
@@ -55,16 +58,16 @@ pub async fn create(
     columns: &[Column],
     key: Option<&str>,
 ) -> sqlx::Result<Option<DatasetView>> {
-    let created: Option<Uuid> = sqlx::query_scalar(
+    let created = sqlx::query_scalar!(
         "insert into datasets (id, owner, name, columns, key) values ($1, $2, $3, $4, $5)
          on conflict (owner, name) do nothing
          returning id",
+        Uuid::now_v7(),
+        owner,
+        name,
+        Json(columns) as _,
+        key,
     )
-    .bind(Uuid::now_v7())
-    .bind(owner)
-    .bind(name)
-    .bind(Json(columns))
-    .bind(key)
     .fetch_optional(pool)
     .await?;
     match created {
@@ -75,9 +78,7 @@ pub async fn create(
 
 /// `owner`'s dataset with this name.
 pub async fn find(pool: &PgPool, owner: Uuid, name: &str) -> sqlx::Result<Option<DatasetView>> {
-    sqlx::query_as::<_, DatasetRow>(select_view!("where d.owner = $1 and d.name = $2"))
-        .bind(owner)
-        .bind(name)
+    select_view!("where d.owner = $1 and d.name = $2", owner, name)
         .fetch_optional(pool)
         .await
         .map(|row| row.map(DatasetView::from))
@@ -85,10 +86,10 @@ pub async fn find(pool: &PgPool, owner: Uuid, name: &str) -> sqlx::Result<Option
 
 /// Every dataset `sees` covers, by name (then owner).
 pub async fn list(pool: &PgPool, sees: Sees) -> sqlx::Result<Vec<DatasetView>> {
-    sqlx::query_as::<_, DatasetRow>(select_view!(
-        "where $1::uuid is null or d.owner = $1 order by d.name, o.email nulls last, d.owner"
-    ))
-    .bind(sees.owner_filter())
+    select_view!(
+        "where $1::uuid is null or d.owner = $1 order by d.name, o.email nulls last, d.owner",
+        sees.owner_filter(),
+    )
     .fetch_all(pool)
     .await
     .map(|rows| rows.into_iter().map(DatasetView::from).collect())
@@ -99,26 +100,27 @@ pub async fn schema(
     conn: &mut PgConnection,
     id: Uuid,
 ) -> sqlx::Result<(Vec<Column>, Option<String>)> {
-    let (columns, key): (Json<Vec<Column>>, Option<String>) =
-        sqlx::query_as("select columns, key from datasets where id = $1")
-            .bind(id)
-            .fetch_one(conn)
-            .await?;
-    Ok((columns.0, key))
+    let row = sqlx::query!(
+        r#"select columns as "columns: Json<Vec<Column>>", key from datasets where id = $1"#,
+        id,
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok((row.columns.0, row.key))
 }
 
 /// The id of `owner`'s dataset with this name, creating it when they have none.
 pub async fn ensure(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Result<Uuid> {
     // `do nothing` takes no row lock on an existing dataset (a `do update` would wait for every
     // chunk writing to it); a second statement, with a fresh snapshot, then finds it.
-    let created: Option<Uuid> = sqlx::query_scalar(
+    let created = sqlx::query_scalar!(
         "insert into datasets (id, owner, name) values ($1, $2, $3)
          on conflict (owner, name) do nothing
          returning id",
+        Uuid::now_v7(),
+        owner,
+        name,
     )
-    .bind(Uuid::now_v7())
-    .bind(owner)
-    .bind(name)
     .fetch_optional(&mut *conn)
     .await?;
     match created {
@@ -131,11 +133,13 @@ pub async fn ensure(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::R
 
 /// The id of `owner`'s dataset with this name.
 pub async fn id_of(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Result<Option<Uuid>> {
-    sqlx::query_scalar("select id from datasets where owner = $1 and name = $2")
-        .bind(owner)
-        .bind(name)
-        .fetch_optional(conn)
-        .await
+    sqlx::query_scalar!(
+        "select id from datasets where owner = $1 and name = $2",
+        owner,
+        name,
+    )
+    .fetch_optional(conn)
+    .await
 }
 
 /// Records the columns of a dataset that has none yet; a dataset keeps its first header.
@@ -144,11 +148,13 @@ pub async fn adopt_columns(
     id: Uuid,
     columns: &[Column],
 ) -> sqlx::Result<()> {
-    sqlx::query("update datasets set columns = $2 where id = $1 and columns = '[]'")
-        .bind(id)
-        .bind(Json(columns))
-        .execute(conn)
-        .await?;
+    sqlx::query!(
+        "update datasets set columns = $2 where id = $1 and columns = '[]'",
+        id,
+        Json(columns) as _,
+    )
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -212,8 +218,8 @@ pub async fn upsert_rows(
     rows: &[&str],
 ) -> sqlx::Result<i64> {
     let positions: Vec<i64> = row_nos.iter().map(|&n| position(job_seq, n)).collect();
-    sqlx::query_scalar(
-        "with written as (
+    sqlx::query_scalar!(
+        r#"with written as (
              insert into dataset_rows (dataset_id, pos, key, record)
              select $1, u.pos, u.key, u.record
              from unnest($2::bigint[], $3::text[], $4::text[]) as u (pos, key, record)
@@ -224,12 +230,12 @@ pub async fn upsert_rows(
                  where dataset_rows.pos < excluded.pos
              returning xmax = 0 as inserted
          )
-         select count(*) filter (where inserted) from written",
+         select count(*) filter (where inserted) as "new!" from written"#,
+        dataset_id,
+        &positions,
+        keys as _,
+        rows as _,
     )
-    .bind(dataset_id)
-    .bind(positions)
-    .bind(keys)
-    .bind(rows)
     .fetch_one(conn)
     .await
 }
@@ -248,22 +254,22 @@ pub async fn rows(
         return Ok(None);
     };
     let (columns, _) = schema(&mut conn, dataset_id).await?;
-    let page: Vec<(i64, String)> = sqlx::query_as(
+    let page = sqlx::query!(
         "select pos, record from dataset_rows
          where dataset_id = $1 and pos > $2
          order by pos limit $3",
+        dataset_id,
+        after.unwrap_or(-1),
+        limit,
     )
-    .bind(dataset_id)
-    .bind(after.unwrap_or(-1))
-    .bind(limit)
     .fetch_all(&mut *conn)
     .await?;
     let next = (page.len() as i64 == limit)
-        .then(|| page.last().map(|(pos, _)| *pos))
+        .then(|| page.last().map(|row| row.pos))
         .flatten();
     let rows = page
         .into_iter()
-        .map(|(_, record)| to_object(&columns, &record::decode(&record)))
+        .map(|row| to_object(&columns, &record::decode(&row.record)))
         .collect();
     Ok(Some((rows, next)))
 }

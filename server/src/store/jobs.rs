@@ -9,25 +9,28 @@ use uuid::Uuid;
 use super::states::{ChunkState, ExportFormat, JobKind, JobStatus, LIVE};
 use crate::{auth::Sees, spreadsheet::csv::RowFormat};
 
-/// `select … from jobs` with what a [`JobView`] shows, followed by the given SQL; `$failed` is
-/// the parameter that binds [`ChunkState::Failed`].
+/// `sqlx::query_as!(ViewRow, "select … from jobs" + $rest, args…)`: what a [`JobView`]
+/// shows, with the given SQL after it; `$failed` is the parameter that binds
+/// [`ChunkState::Failed`].
 macro_rules! select_view {
-    ($failed:literal, $rest:literal) => {
-        concat!(
-            "select j.id, j.kind, j.status, j.item_count, j.item_progress, j.rows_ok, j.rows_failed, j.rows_updated,
+    ($failed:tt, $rest:tt, $($arg:expr),+ $(,)?) => {
+        sqlx::query_as!(
+            ViewRow,
+            r#"select j.id, j.kind as "kind: JobKind", j.status as "status: JobStatus",
+           j.item_count, j.item_progress, j.rows_ok, j.rows_failed, j.rows_updated,
            j.chunks_total, j.chunks_done, j.version, j.error, j.created_at, j.started_at,
            j.finished_at, coalesce(u.filename, j.source_filename) as filename,
-           d.name as dataset, j.format,
-           j.result_upload_id is not null as has_result,
+           d.name as "dataset?", j.format as "format: ExportFormat",
+           j.result_upload_id is not null as "has_result!",
            extract(epoch from coalesce(j.finished_at, now()) - j.started_at)::float8
                as elapsed_seconds,
            (select coalesce(json_agg(json_build_object('part', c.chunk_no + 1,
                         'firstRow', c.first_row, 'rowCount', c.row_count,
                         'attempts', c.attempts, 'error', c.last_error) order by c.chunk_no), '[]')
-            from (select * from job_chunks where job_id = j.id and state = ",
-            $failed,
-            "
-                  order by chunk_no limit 100) c) as failed_parts,
+            from (select * from job_chunks where job_id = j.id and state = "#
+                + $failed
+                + r#"
+                  order by chunk_no limit 100) c) as "failed_parts!: Json<Vec<FailedPart>>",
            j.parent_id, j.owner, o.email as owner_email,
            j.callback_url, j.callback_delivered_at, j.callback_gave_up_at, j.callback_next_at,
            case when j.callback_url is not null then
@@ -35,17 +38,18 @@ macro_rules! select_view {
                            'at', a.at, 'status', a.status, 'error', a.error)
                            order by a.attempt), '[]')
                 from (select * from callback_attempts where job_id = j.id
-                      order by attempt desc limit 20) a) end as callback_tries
+                      order by attempt desc limit 20) a) end
+               as "callback_tries: Json<Vec<CallbackTry>>"
     from jobs j
     join users o on o.id = j.owner
     left join uploads u on u.id = j.upload_id
-    left join datasets d on d.id = j.dataset_id ",
-            $rest
+    left join datasets d on d.id = j.dataset_id "#
+                + $rest,
+            $($arg),+
         )
     };
 }
 
-#[derive(sqlx::FromRow)]
 struct ViewRow {
     id: Uuid,
     kind: JobKind,
@@ -333,13 +337,13 @@ pub async fn owner_of(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Uuid> {
 
 /// The job with this id, if `sees` covers it.
 pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<JobView>> {
-    sqlx::query_as::<_, ViewRow>(select_view!(
+    select_view!(
         "$3",
-        "where j.id = $1 and ($2::uuid is null or j.owner = $2)"
-    ))
-    .bind(id)
-    .bind(sees.owner_filter())
-    .bind(ChunkState::Failed)
+        "where j.id = $1 and ($2::uuid is null or j.owner = $2)",
+        id,
+        sees.owner_filter(),
+        ChunkState::Failed as ChunkState,
+    )
     .fetch_optional(pool)
     .await
     .map(|row| row.map(JobView::from))
@@ -347,13 +351,13 @@ pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<Jo
 
 /// The jobs with these ids that `sees` covers.
 pub async fn find_many(pool: &PgPool, ids: &[Uuid], sees: Sees) -> sqlx::Result<Vec<JobView>> {
-    sqlx::query_as::<_, ViewRow>(select_view!(
+    select_view!(
         "$3",
-        "where j.id = any($1) and ($2::uuid is null or j.owner = $2)"
-    ))
-    .bind(ids)
-    .bind(sees.owner_filter())
-    .bind(ChunkState::Failed)
+        "where j.id = any($1) and ($2::uuid is null or j.owner = $2)",
+        ids,
+        sees.owner_filter(),
+        ChunkState::Failed as ChunkState,
+    )
     .fetch_all(pool)
     .await
     .map(|rows| rows.into_iter().map(JobView::from).collect())
@@ -367,26 +371,26 @@ pub async fn recent(
     limit: i64,
     before: Option<Uuid>,
 ) -> sqlx::Result<Vec<JobView>> {
-    sqlx::query_as::<_, ViewRow>(select_view!(
+    select_view!(
         "$4",
         "where ($3::uuid is null or j.owner = $3)
            and ($2::uuid is null
                 or (j.created_at, j.id) < (select created_at, id from jobs
                                            where id = $2 and ($3::uuid is null or owner = $3)))
          order by j.created_at desc, j.id desc
-         limit $1"
-    ))
-    .bind(limit)
-    .bind(before)
-    .bind(sees.owner_filter())
-    .bind(ChunkState::Failed)
+         limit $1",
+        limit,
+        before,
+        sees.owner_filter(),
+        ChunkState::Failed as ChunkState,
+    )
     .fetch_all(pool)
     .await
     .map(|rows| rows.into_iter().map(JobView::from).collect())
 }
 
 /// What the workers need to know about an import job.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct ImportJob {
     pub status: JobStatus,
     /// Orders this import's rows after earlier imports' (see [`super::datasets::position`]).
@@ -429,37 +433,35 @@ pub async fn set_format(
     Ok(())
 }
 
-macro_rules! import_job_columns {
-    () => {
-        "select status, seq, sealed, owner, upload_id, dataset_id, sheet, row_format from jobs"
+/// `sqlx::query_as!(ImportJob, …)` for import job `$id`, with `$rest` after the `where`.
+macro_rules! select_import_job {
+    ($id:expr, $rest:tt) => {
+        sqlx::query_as!(
+            ImportJob,
+            r#"select status as "status: JobStatus", seq, sealed, owner,
+                      upload_id as "upload_id!", dataset_id as "dataset_id!", sheet,
+                      row_format as "row_format: Json<RowFormat>"
+               from jobs where id = $1 and kind = $2"#
+                + $rest,
+            $id,
+            JobKind::Import as JobKind,
+        )
     };
 }
 
 pub async fn import_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<ImportJob>> {
-    sqlx::query_as(concat!(
-        import_job_columns!(),
-        " where id = $1 and kind = $2"
-    ))
-    .bind(id)
-    .bind(JobKind::Import)
-    .fetch_optional(conn)
-    .await
+    select_import_job!(id, "").fetch_optional(conn).await
 }
 
 /// Locks the job row for the rest of the transaction and returns it.
 pub async fn lock_import_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<ImportJob>> {
-    sqlx::query_as(concat!(
-        import_job_columns!(),
-        " where id = $1 and kind = $2 for update"
-    ))
-    .bind(id)
-    .bind(JobKind::Import)
-    .fetch_optional(conn)
-    .await
+    select_import_job!(id, " for update")
+        .fetch_optional(conn)
+        .await
 }
 
 /// What the workers need to know about an export job.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct ExportJob {
     pub status: JobStatus,
     pub sealed: bool,
@@ -478,31 +480,31 @@ impl ExportJob {
     }
 }
 
-macro_rules! export_job_select {
-    ($rest:literal) => {
-        concat!(
-            "select j.status, j.sealed, j.owner, j.dataset_id, d.name as dataset, j.format,
-                    j.chunks_total, j.chunks_done, j.result_upload_id
-             from jobs j join datasets d on d.id = j.dataset_id
-             where j.id = $1 and j.kind = $2",
-            $rest
+/// `sqlx::query_as!(ExportJob, …)` for export job `$id`, with `$rest` after the `where`.
+macro_rules! select_export_job {
+    ($id:expr, $rest:tt) => {
+        sqlx::query_as!(
+            ExportJob,
+            r#"select j.status as "status: JobStatus", j.sealed, j.owner,
+                      j.dataset_id as "dataset_id!", d.name as dataset,
+                      j.format as "format!: ExportFormat",
+                      j.chunks_total, j.chunks_done, j.result_upload_id
+               from jobs j join datasets d on d.id = j.dataset_id
+               where j.id = $1 and j.kind = $2"#
+                + $rest,
+            $id,
+            JobKind::Export as JobKind,
         )
     };
 }
 
 pub async fn export_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<ExportJob>> {
-    sqlx::query_as(export_job_select!(""))
-        .bind(id)
-        .bind(JobKind::Export)
-        .fetch_optional(conn)
-        .await
+    select_export_job!(id, "").fetch_optional(conn).await
 }
 
 /// Locks the export's job row for the rest of the transaction and returns it.
 pub async fn lock_export_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<ExportJob>> {
-    sqlx::query_as(export_job_select!(" for update of j"))
-        .bind(id)
-        .bind(JobKind::Export)
+    select_export_job!(id, " for update of j")
         .fetch_optional(conn)
         .await
 }
@@ -514,14 +516,15 @@ pub async fn export_result(
     id: Uuid,
     sees: Sees,
 ) -> sqlx::Result<Option<(Option<Uuid>, String, ExportFormat)>> {
-    sqlx::query_as(
-        "select j.result_upload_id, d.name, j.format
-         from jobs j join datasets d on d.id = j.dataset_id
-         where j.id = $1 and j.kind = $3 and ($2::uuid is null or j.owner = $2)",
+    let row = sqlx::query!(
+        r#"select j.result_upload_id, d.name, j.format as "format!: ExportFormat"
+           from jobs j join datasets d on d.id = j.dataset_id
+           where j.id = $1 and j.kind = $3 and ($2::uuid is null or j.owner = $2)"#,
+        id,
+        sees.owner_filter(),
+        JobKind::Export as JobKind,
     )
-    .bind(id)
-    .bind(sees.owner_filter())
-    .bind(JobKind::Export)
     .fetch_optional(pool)
-    .await
+    .await?;
+    Ok(row.map(|row| (row.result_upload_id, row.name, row.format)))
 }

@@ -66,14 +66,6 @@ impl Item {
             Item::Step(job_id) | Item::Chunk { job_id, .. } => job_id,
         }
     }
-
-    /// The chunk number, `None` for a step (bound as `$2` by [`acquire`]).
-    fn chunk_no(self) -> Option<i32> {
-        match self {
-            Item::Step(_) => None,
-            Item::Chunk { chunk_no, .. } => Some(chunk_no),
-        }
-    }
 }
 
 /// A lease held: the item, who holds it, and what the attempt may spend.
@@ -94,36 +86,47 @@ pub async fn acquire(
     owner: &str,
     ttl: Duration,
 ) -> sqlx::Result<Option<Lease>> {
-    let sql = match item {
-        Item::Step(_) => concat!(
-            "update jobs j set lease_owner = $3, lease_expires_at = now() + make_interval(secs => $4),
-                 attempts = j.attempts + 1
-             where j.id = $1 and $2::integer is null and j.status = any($6)
-               and j.run_after <= now()
-               and (j.lease_expires_at is null or j.lease_expires_at < now()) and ",
-            first_in_line!("$5", "$6"),
-            " returning j.attempts, j.max_failures_per_item"
-        ),
-        Item::Chunk { .. } => {
+    let ttl = ttl.as_secs_f64();
+    let taken: Option<(i32, i32)> = match item {
+        // Composed with the serialize-key condition it shares with `take_unqueued`, which
+        // `sqlx::query!` cannot take: checked by the tests that run it.
+        Item::Step(job_id) => {
+            sqlx::query_as(concat!(
+                "update jobs j set lease_owner = $2,
+                     lease_expires_at = now() + make_interval(secs => $3),
+                     attempts = j.attempts + 1
+                 where j.id = $1 and j.status = any($5) and j.run_after <= now()
+                   and (j.lease_expires_at is null or j.lease_expires_at < now()) and ",
+                first_in_line!("$4", "$5"),
+                " returning j.attempts, j.max_failures_per_item"
+            ))
+            .bind(job_id)
+            .bind(owner)
+            .bind(ttl)
+            .bind(JobStatus::Waiting)
+            .bind(LIVE)
+            .fetch_optional(pool)
+            .await?
+        }
+        Item::Chunk { job_id, chunk_no } => sqlx::query!(
             "update job_chunks c set lease_owner = $3,
                  lease_expires_at = now() + make_interval(secs => $4), attempts = c.attempts + 1
              from jobs j
              where c.job_id = $1 and c.chunk_no = $2 and j.id = c.job_id and j.status = $5
                and c.state = $6 and c.run_after <= now()
                and (c.lease_expires_at is null or c.lease_expires_at < now())
-             returning c.attempts, j.max_failures_per_item"
-        }
+             returning c.attempts, j.max_failures_per_item",
+            job_id,
+            chunk_no,
+            owner,
+            ttl,
+            JobStatus::Running as JobStatus,
+            ChunkState::Pending as ChunkState,
+        )
+        .fetch_optional(pool)
+        .await?
+        .map(|row| (row.attempts, row.max_failures_per_item)),
     };
-    let query = sqlx::query_as(sql)
-        .bind(item.job_id())
-        .bind(item.chunk_no())
-        .bind(owner)
-        .bind(ttl.as_secs_f64());
-    let query = match item {
-        Item::Step(_) => query.bind(JobStatus::Waiting).bind(LIVE),
-        Item::Chunk { .. } => query.bind(JobStatus::Running).bind(ChunkState::Pending),
-    };
-    let taken: Option<(i32, i32)> = query.fetch_optional(pool).await?;
     Ok(taken.map(|(attempt, max_attempts)| Lease {
         item,
         owner: owner.to_owned(),
@@ -313,6 +316,9 @@ struct Unqueued {
 /// attempt failed and the backoff is over), with a new ticket each (written here, in the
 /// caller's transaction, so the caller's push uses it). A message is live while it waits, or
 /// while a worker that took it within `ttl` may still be about to take the lease.
+///
+/// Composed from SQL fragments shared with [`acquire`] and `store::queue`, which
+/// `sqlx::query!` cannot take: checked by the tests that run it.
 pub async fn take_unqueued(
     conn: &mut PgConnection,
     ttl: Duration,

@@ -6,9 +6,10 @@
 //! apalis-postgres is pinned to an exact version (`Cargo.toml`) because these statements rely
 //! on its table layout: `job_type`, `idempotency_key`, `status` (`Pending`, `Queued`,
 //! `Running`, `Done`, `Failed`, `Killed`), `lock_at`, `done_at`, `run_at`, `attempts`,
-//! `max_attempts`. The `schema_pins` test pins that layout. (These statements are checked by
-//! that test, not by `sqlx::query!`: the database `.sqlx/` is made from has only our own
-//! migrations.)
+//! `max_attempts`. The `schema_pins` test pins that layout, and `make sqlx` applies apalis's
+//! migrations too, so `prune` is checked at compile time like our own statements.
+//! [`message_is_live!`] is a fragment of `leases::take_unqueued`, which `sqlx::query!` cannot
+//! take (it reads only literals): that statement is checked by the tests that run it.
 
 use std::time::Duration;
 
@@ -90,17 +91,17 @@ pub(crate) use message_is_live;
 /// Deletes up to `limit` of our messages that apalis is done with (done, killed, or failed for
 /// good) and that ended more than `age` ago; how many.
 pub async fn prune(conn: &mut PgConnection, age: Duration, limit: i64) -> sqlx::Result<u64> {
-    let deleted = sqlx::query(
+    let deleted = sqlx::query!(
         "delete from apalis.jobs where id in (
              select id from apalis.jobs
              where job_type = $1
                and (status in ('Done', 'Killed') or status = 'Failed' and attempts >= max_attempts)
                and coalesce(done_at, run_at) < now() - make_interval(secs => $2)
              limit $3)",
+        QUEUE,
+        age.as_secs_f64(),
+        limit,
     )
-    .bind(QUEUE)
-    .bind(age.as_secs_f64())
-    .bind(limit)
     .execute(conn)
     .await?;
     Ok(deleted.rows_affected())

@@ -58,14 +58,14 @@ pub async fn prune(
     )
     .fetch_all(&mut *conn)
     .await?;
-    for table in ["job_chunks", "job_errors", "export_parts"] {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "delete from {table} where job_id = any($1)"
-        )))
-        .bind(&claimed)
-        .execute(&mut *conn)
-        .await?;
-    }
+    sqlx::query!(
+        "with chunks as (delete from job_chunks where job_id = any($1)),
+              errors as (delete from job_errors where job_id = any($1))
+         delete from export_parts where job_id = any($1)",
+        &claimed,
+    )
+    .execute(&mut *conn)
+    .await?;
     let job_items = claimed.len() as u64;
 
     let jobs = sqlx::query!(

@@ -40,7 +40,6 @@ pub async fn insert(
     Ok(())
 }
 
-#[derive(sqlx::FromRow)]
 struct Holder {
     id: Uuid,
     email: Option<String>,
@@ -64,16 +63,18 @@ pub async fn resolve(
     token_hash: &[u8],
     lifetime: Lifetime,
 ) -> sqlx::Result<Option<Me>> {
-    let holder: Option<Holder> = sqlx::query_as(
-        "select u.id, u.email, u.role, s.last_seen_at < now() - make_interval(secs => $2) as stale
-         from sessions s join users u on u.id = s.user_id
-         where s.token_hash = $1 and s.expires_at > now() and s.idle_expires_at > now()
-           -- The idle timeout as configured now, should it have been shortened.
-           and s.last_seen_at > now() - make_interval(secs => $3)",
+    let holder = sqlx::query_as!(
+        Holder,
+        r#"select u.id, u.email, u.role,
+                  s.last_seen_at < now() - make_interval(secs => $2) as "stale!"
+           from sessions s join users u on u.id = s.user_id
+           where s.token_hash = $1 and s.expires_at > now() and s.idle_expires_at > now()
+             -- The idle timeout as configured now, should it have been shortened.
+             and s.last_seen_at > now() - make_interval(secs => $3)"#,
+        token_hash,
+        TOUCH_EVERY_SECS,
+        lifetime.idle.as_secs_f64(),
     )
-    .bind(token_hash)
-    .bind(TOUCH_EVERY_SECS)
-    .bind(lifetime.idle.as_secs_f64())
     .fetch_optional(pool)
     .await?;
     let Some(holder) = holder else {
@@ -140,14 +141,15 @@ pub async fn claim_legacy(
 
 /// The person whose API token has this hash; renews its last use.
 pub async fn resolve_token(pool: &PgPool, token_hash: &[u8]) -> sqlx::Result<Option<Me>> {
-    let holder: Option<Holder> = sqlx::query_as(
-        "select u.id, u.email, u.role,
-                coalesce(t.last_used_at < now() - make_interval(secs => $2), true) as stale
-         from api_tokens t join users u on u.id = t.user_id
-         where t.token_hash = $1",
+    let holder = sqlx::query_as!(
+        Holder,
+        r#"select u.id, u.email, u.role,
+                  coalesce(t.last_used_at < now() - make_interval(secs => $2), true) as "stale!"
+           from api_tokens t join users u on u.id = t.user_id
+           where t.token_hash = $1"#,
+        token_hash,
+        TOUCH_EVERY_SECS,
     )
-    .bind(token_hash)
-    .bind(TOUCH_EVERY_SECS)
     .fetch_optional(pool)
     .await?;
     let Some(holder) = holder else {
@@ -164,7 +166,6 @@ pub async fn resolve_token(pool: &PgPool, token_hash: &[u8]) -> sqlx::Result<Opt
     Ok(Some(holder.me()))
 }
 
-#[derive(sqlx::FromRow)]
 struct TokenRow {
     id: Uuid,
     name: String,
@@ -190,14 +191,15 @@ pub async fn insert_token(
     name: &str,
     token_hash: &[u8],
 ) -> sqlx::Result<TokenView> {
-    sqlx::query_as::<_, TokenRow>(
+    sqlx::query_as!(
+        TokenRow,
         "insert into api_tokens (id, user_id, name, token_hash) values ($1, $2, $3, $4)
          returning id, name, created_at, last_used_at",
+        Uuid::now_v7(),
+        user_id,
+        name,
+        token_hash,
     )
-    .bind(Uuid::now_v7())
-    .bind(user_id)
-    .bind(name)
-    .bind(token_hash)
     .fetch_one(pool)
     .await
     .map(TokenView::from)
@@ -205,11 +207,12 @@ pub async fn insert_token(
 
 /// A person's API tokens, oldest first.
 pub async fn tokens_of(pool: &PgPool, user_id: Uuid) -> sqlx::Result<Vec<TokenView>> {
-    sqlx::query_as::<_, TokenRow>(
+    sqlx::query_as!(
+        TokenRow,
         "select id, name, created_at, last_used_at from api_tokens where user_id = $1
          order by created_at, id",
+        user_id,
     )
-    .bind(user_id)
     .fetch_all(pool)
     .await
     .map(|rows| rows.into_iter().map(TokenView::from).collect())

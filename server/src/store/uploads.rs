@@ -15,7 +15,7 @@ use crate::auth::Sees;
 pub const PART_BYTES: usize = 1 << 20;
 
 /// An upload as the API reports it.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Upload {
     pub id: Uuid,
     pub filename: String,
@@ -152,20 +152,24 @@ async fn begin(
     limits: UploadLimits,
 ) -> Result<Uuid, UploadError> {
     let mut tx = pool.begin().await?;
-    sqlx::query("select pg_advisory_xact_lock(hashtextextended('uploads:' || $1::text, 0))")
-        .bind(owner)
-        .execute(&mut *tx)
-        .await?;
-    let (sending, stored): (i64, i64) = sqlx::query_as(
-        "select count(*) filter (where receiving
-                                   and alive_at > now() - make_interval(secs => $2)),
-                coalesce(sum(size), 0)::bigint
-         from uploads where owner = $1",
+    sqlx::query!(
+        "select 1 as locked from pg_advisory_xact_lock(hashtextextended('uploads:' || $1::uuid::text, 0))",
+        owner,
     )
-    .bind(owner)
-    .bind(ALIVE_WITHIN.as_secs_f64())
     .fetch_one(&mut *tx)
     .await?;
+    let totals = sqlx::query!(
+        r#"select count(*) filter (where receiving
+                                     and alive_at > now() - make_interval(secs => $2))
+                      as "sending!",
+                  coalesce(sum(size), 0)::bigint as "stored!"
+           from uploads where owner = $1"#,
+        owner,
+        ALIVE_WITHIN.as_secs_f64(),
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let (sending, stored) = (totals.sending, totals.stored);
     if let Some(limit) = limits.at_once.filter(|&limit| sending >= limit) {
         return Err(UploadError::TooManyAtOnce { limit });
     }
@@ -173,14 +177,14 @@ async fn begin(
         return Err(UploadError::StoreFull { limit });
     }
     let id = Uuid::now_v7();
-    sqlx::query(
+    sqlx::query!(
         "insert into uploads (id, owner, filename, content_type, size, sha256, receiving)
          values ($1, $2, $3, $4, 0, '', true)",
+        id,
+        owner,
+        filename,
+        content_type,
     )
-    .bind(id)
-    .bind(owner)
-    .bind(filename)
-    .bind(content_type)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -228,8 +232,7 @@ where
         }
         if alive_at.elapsed() >= ALIVE_EVERY {
             // A slow sender still counts as sending (and is not taken for a dead one).
-            sqlx::query("update uploads set alive_at = now() where id = $1")
-                .bind(id)
+            sqlx::query!("update uploads set alive_at = now() where id = $1", id)
                 .execute(pool)
                 .await?;
             alive_at = Instant::now();
@@ -241,13 +244,14 @@ where
     if !part.is_empty() {
         store_part(pool, owner, id, part_no, &part, limits).await?;
     }
-    let stored = sqlx::query(
+    let sha256 = hasher.finalize();
+    let stored = sqlx::query!(
         "update uploads set size = $2, sha256 = $3, receiving = false, alive_at = now()
          where id = $1 and receiving",
+        id,
+        size as i64,
+        sha256.as_slice(),
     )
-    .bind(id)
-    .bind(size as i64)
-    .bind(hasher.finalize().as_slice())
     .execute(pool)
     .await?;
     if stored.rows_affected() == 0 {
@@ -267,21 +271,22 @@ async fn store_part(
     data: &[u8],
     limits: UploadLimits,
 ) -> Result<(), UploadError> {
-    let stored = sqlx::query(
+    let stored = sqlx::query!(
         "with part as (
              insert into upload_parts (upload_id, part_no, data)
-             select $1, $2, $3
+             select $1, $2, $3::bytea
              where $5::bigint is null
-                or (select coalesce(sum(size), 0) from uploads where owner = $4) + length($3) <= $5
+                or (select coalesce(sum(size), 0) from uploads where owner = $4)
+                   + length($3::bytea) <= $5
              returning 1)
-         update uploads set size = size + length($3), alive_at = now()
+         update uploads set size = size + length($3::bytea), alive_at = now()
          where id = $1 and exists (select from part)",
+        id,
+        part_no,
+        data,
+        owner,
+        limits.stored_bytes,
     )
-    .bind(id)
-    .bind(part_no)
-    .bind(data)
-    .bind(owner)
-    .bind(limits.stored_bytes)
     .execute(pool)
     .await?;
     if stored.rows_affected() == 0 {
@@ -295,12 +300,13 @@ async fn store_part(
 
 /// The upload with this id, if `sees` covers it.
 pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<Upload>> {
-    sqlx::query_as(
+    sqlx::query_as!(
+        Upload,
         "select id, filename, size from uploads
          where id = $1 and not receiving and ($2::uuid is null or owner = $2)",
+        id,
+        sees.owner_filter(),
     )
-    .bind(id)
-    .bind(sees.owner_filter())
     .fetch_optional(pool)
     .await
 }
@@ -314,11 +320,11 @@ pub fn stream(
     futures::stream::try_unfold(0i32, move |part_no| {
         let pool = pool.clone();
         async move {
-            let part: Option<Vec<u8>> = sqlx::query_scalar(
+            let part = sqlx::query_scalar!(
                 "select data from upload_parts where upload_id = $1 and part_no = $2",
+                id,
+                part_no,
             )
-            .bind(id)
-            .bind(part_no)
             .fetch_optional(&pool)
             .await?;
             Ok(part.map(|part| (part, part_no + 1)))
@@ -335,18 +341,19 @@ pub async fn read_range(pool: &PgPool, id: Uuid, start: u64, end: u64) -> sqlx::
     let (start, end) = (start as i64, end as i64);
     // Only the range's slice of each part leaves the database: parts are stored uncompressed
     // (`storage external`), so PostgreSQL reads just the TOAST pages the slice covers.
-    let slices: Vec<Vec<u8>> = sqlx::query_scalar(
-        "select substring(data
-                          from (greatest($2 - part_no * $4, 0) + 1)::int
-                          for (least($3 - part_no * $4, $4) - greatest($2 - part_no * $4, 0))::int)
-         from upload_parts
-         where upload_id = $1 and part_no between $2 / $4 and ($3 - 1) / $4
-         order by part_no",
+    let slices = sqlx::query_scalar!(
+        r#"select substring(data
+                            from (greatest($2::bigint - part_no * $4::bigint, 0) + 1)::int
+                            for (least($3::bigint - part_no * $4, $4)
+                                 - greatest($2 - part_no * $4, 0))::int) as "slice!"
+           from upload_parts
+           where upload_id = $1 and part_no between $2 / $4 and ($3 - 1) / $4
+           order by part_no"#,
+        id,
+        start,
+        end,
+        part_len,
     )
-    .bind(id)
-    .bind(start)
-    .bind(end)
-    .bind(part_len)
     .fetch_all(pool)
     .await?;
     Ok(slices.concat())
@@ -354,8 +361,7 @@ pub async fn read_range(pool: &PgPool, id: Uuid, start: u64, end: u64) -> sqlx::
 
 /// Removes a file (a sheet converted twice by racing plan runs keeps only one copy).
 pub async fn delete(pool: &PgPool, id: Uuid) -> sqlx::Result<()> {
-    sqlx::query("delete from uploads where id = $1")
-        .bind(id)
+    sqlx::query!("delete from uploads where id = $1", id)
         .execute(pool)
         .await?;
     Ok(())

@@ -6,7 +6,6 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-#[derive(sqlx::FromRow)]
 struct UserRow {
     id: Uuid,
     email: Option<String>,
@@ -55,15 +54,16 @@ pub async fn insert_account(
     password_hash: &str,
     role: Role,
 ) -> sqlx::Result<Option<Me>> {
-    sqlx::query_as::<_, UserRow>(
+    sqlx::query_as!(
+        UserRow,
         "insert into users (id, email, password_hash, role) values ($1, $2, $3, $4)
          on conflict (email) do nothing
          returning id, email, role, created_at",
+        Uuid::now_v7(),
+        email,
+        password_hash,
+        role.as_str(),
     )
-    .bind(Uuid::now_v7())
-    .bind(email)
-    .bind(password_hash)
-    .bind(role.as_str())
     .fetch_optional(conn)
     .await
     .map(|row| row.map(Me::from))
@@ -77,15 +77,16 @@ pub async fn promote_guest(
     email: &str,
     password_hash: &str,
 ) -> sqlx::Result<Option<Me>> {
-    sqlx::query_as::<_, UserRow>(
+    sqlx::query_as!(
+        UserRow,
         "update users set email = $2, password_hash = $3, role = 'member'
          where id = $1 and role = 'guest'
            and not exists (select 1 from users where email = $2)
          returning id, email, role, created_at",
+        id,
+        email,
+        password_hash,
     )
-    .bind(id)
-    .bind(email)
-    .bind(password_hash)
     .fetch_optional(conn)
     .await
     .map(|row| row.map(Me::from))
@@ -93,29 +94,26 @@ pub async fn promote_guest(
 
 /// The account with this email, and its password hash.
 pub async fn credentials(pool: &PgPool, email: &str) -> sqlx::Result<Option<Credentials>> {
-    let row: Option<(Uuid, Option<String>, String, Option<String>)> = sqlx::query_as(
-        "select id, email, role, password_hash from users
-         where email = $1 and password_hash is not null",
+    let row = sqlx::query!(
+        r#"select id, email, role, password_hash as "password_hash!" from users
+           where email = $1 and password_hash is not null"#,
+        email,
     )
-    .bind(email)
     .fetch_optional(pool)
     .await?;
-    Ok(row.and_then(|(id, email, role_word, hash)| {
-        Some(Credentials {
-            me: Me {
-                id,
-                email,
-                role: role(&role_word),
-            },
-            password_hash: hash?,
-        })
+    Ok(row.map(|row| Credentials {
+        me: Me {
+            id: row.id,
+            email: row.email,
+            role: role(&row.role),
+        },
+        password_hash: row.password_hash,
     }))
 }
 
 /// The password hash of an account.
 pub async fn password_hash(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<String>> {
-    sqlx::query_scalar::<_, Option<String>>("select password_hash from users where id = $1")
-        .bind(id)
+    sqlx::query_scalar!("select password_hash from users where id = $1", id)
         .fetch_optional(pool)
         .await
         .map(Option::flatten)
@@ -150,7 +148,8 @@ pub async fn id_by_email(conn: &mut PgConnection, email: &str) -> sqlx::Result<O
 
 /// Every account, oldest first (guests are not listed).
 pub async fn accounts(pool: &PgPool) -> sqlx::Result<Vec<UserView>> {
-    let rows: Vec<UserRow> = sqlx::query_as(
+    let rows = sqlx::query_as!(
+        UserRow,
         "select id, email, role, created_at from users where role <> 'guest'
          order by created_at, id",
     )
@@ -161,10 +160,11 @@ pub async fn accounts(pool: &PgPool) -> sqlx::Result<Vec<UserView>> {
 
 /// One account, as the admin page lists it.
 pub async fn account(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<UserView>> {
-    let row: Option<UserRow> = sqlx::query_as(
+    let row = sqlx::query_as!(
+        UserRow,
         "select id, email, role, created_at from users where id = $1 and role <> 'guest'",
+        id,
     )
-    .bind(id)
     .fetch_optional(pool)
     .await?;
     Ok(row.map(UserView::from))
@@ -197,8 +197,8 @@ pub async fn set_role(
     id: Uuid,
     new_role: Role,
 ) -> sqlx::Result<RoleChange> {
-    let admins: Vec<Uuid> =
-        sqlx::query_scalar("select id from users where role = 'admin' order by id for update")
+    let admins =
+        sqlx::query_scalar!("select id from users where role = 'admin' order by id for update")
             .fetch_all(&mut *conn)
             .await?;
     if new_role != Role::Admin && admins == [id] {
