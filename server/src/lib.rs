@@ -50,7 +50,7 @@ pub async fn serve(
     let state = AppState {
         hub: Hub::start(pool.clone(), shutdown.clone()),
         pool: pool.clone(),
-        leptos_options: http::leptos_options(),
+        leptos_options: http::leptos_options()?,
         max_upload_bytes: args.max_upload_bytes,
         auth: std::sync::Arc::new(args.auth.clone()),
         limits: std::sync::Arc::new(args.limits.clone()),

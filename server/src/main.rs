@@ -42,7 +42,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::User(UserCommand::Add(args)) => add_user(&pool, args).await?,
         Command::Convert(_) => unreachable!("handled before the runtime starts"),
         Command::Serve(args) => {
-            let addr = server::http::leptos_options().site_addr;
+            let addr = server::http::leptos_options()?.site_addr;
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on {addr}"))?;

@@ -152,20 +152,12 @@ pub fn rpc_paths() -> Vec<String> {
     paths
 }
 
-/// Leptos's settings: from cargo-leptos's environment when it built or runs us; otherwise
-/// (plain `cargo build`/`cargo test`) the defaults, with `LEPTOS_SITE_ADDR` honoured.
-pub fn leptos_options() -> LeptosOptions {
-    let from_cargo_leptos = std::env::var_os("LEPTOS_OUTPUT_NAME").is_some()
-        || option_env!("LEPTOS_OUTPUT_NAME").is_some();
-    if from_cargo_leptos && let Ok(conf) = get_configuration(None) {
-        return conf.leptos_options;
-    }
-    let site_addr: std::net::SocketAddr = std::env::var("LEPTOS_SITE_ADDR")
-        .ok()
-        .and_then(|addr| addr.parse().ok())
-        .unwrap_or_else(|| ([127, 0, 0, 1], 3000).into());
-    LeptosOptions::builder()
-        .output_name("conveyor")
-        .site_addr(site_addr)
-        .build()
+/// Leptos's settings, from the environment (cargo-leptos sets `LEPTOS_SITE_ADDR`,
+/// `LEPTOS_SITE_ROOT`… when it runs us), with Leptos's defaults for the rest. The output name
+/// is fixed when Leptos is compiled (`LEPTOS_OUTPUT_NAME` in `.cargo/config.toml`).
+pub fn leptos_options() -> anyhow::Result<LeptosOptions> {
+    use anyhow::Context as _;
+    Ok(get_configuration(None)
+        .context("reading Leptos's settings from the environment")?
+        .leptos_options)
 }
