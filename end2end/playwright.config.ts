@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { defineConfig } from '@playwright/test';
 
-// Run after `cargo leptos build` (the Makefile's e2e). There is no webServer: each spec file gets
+// Run after `cargo leptos build` has made the site in target/site (the Makefile's e2e). There is no webServer: each spec file gets
 // a server of its own on a free port, with a database of its own (tests/app.ts), so a server
 // left on :3000 (`make run`) is never what is tested. Paths are relative to this file.
 export default defineConfig({

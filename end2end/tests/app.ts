@@ -1,5 +1,5 @@
-// The app under test: for each spec file, the real server (`$CONVEYOR_SERVER_BIN serve`, built
-// by `cargo leptos build`) on a free port with a database of its own in the test cluster
+// The app under test: for each spec file, the real server (`$CONVEYOR_SERVER_BIN serve`,
+// serving the site `cargo leptos build` made in target/site) on a free port with a database of its own in the test cluster
 // (`$CONVEYOR_TEST_DATABASE_URL`), stopped and dropped once the file's tests are done. Specs
 // import `test` and `expect` from here: `baseURL` is the file's server, `app` gives its
 // database and starts workers for it. No server on :3000 is ever used.
@@ -14,7 +14,7 @@ export { expect } from '@playwright/test';
 
 const ROOT = path.join(__dirname, '..', '..');
 
-/** The `server` binary: the one `cargo leptos build` made (debug unless told otherwise). */
+/** The `server` binary (debug unless told otherwise): `make test` uses the one `cargo test` built. */
 const SERVER_BIN = process.env.CONVEYOR_SERVER_BIN ?? path.join(ROOT, 'target', 'debug', 'server');
 
 /** How long a server may take to listen (it migrates its new database first). */
@@ -68,7 +68,7 @@ export class App {
           '`.ci/pg.sh url target/test-pg postgres`',
       );
     if (!existsSync(SERVER_BIN))
-      throw new Error(`${SERVER_BIN} does not exist: run \`cargo leptos build\` first`);
+      throw new Error(`${SERVER_BIN} does not exist: run \`make e2e\` (or \`cargo leptos build\`) first`);
     const stem = path.basename(specFile).replace(/\.spec\.ts$/, '').replace(/[^a-z0-9]+/gi, '_');
     const database = `e2e_${stem.toLowerCase()}_${Math.random().toString(36).slice(2, 10)}`;
     psql(adminUrl, `create database ${database} template template0`);

@@ -47,10 +47,11 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let leptos_options = http::leptos_options()?;
     let state = AppState {
         hub: Hub::start(pool.clone(), shutdown.clone()),
         pool: pool.clone(),
-        leptos_options: http::leptos_options()?,
+        leptos_options,
         max_upload_bytes: args.max_upload_bytes,
         auth: std::sync::Arc::new(args.auth.clone()),
         limits: std::sync::Arc::new(args.limits.clone()),
