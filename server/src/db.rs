@@ -29,8 +29,11 @@ pub async fn connect_like(pool: &PgPool, max_connections: u32) -> anyhow::Result
         .context("cannot connect to PostgreSQL for the workers")
 }
 
+/// Our migrations, as this build knows them.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    sqlx::migrate!("../migrations")
+    MIGRATOR
         .run(pool)
         .await
         .context("applying Conveyor's migrations")?;
@@ -38,4 +41,16 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
         .await
         .context("applying apalis's migrations")?;
     Ok(())
+}
+
+/// How many of the migrations this build knows the database has not applied (a process
+/// migrates when it starts, so only a restored or replaced database lacks some).
+pub async fn missing_migrations(pool: &PgPool) -> sqlx::Result<usize> {
+    let applied = sqlx::query_scalar!("select version from _sqlx_migrations where success")
+        .fetch_all(pool)
+        .await?;
+    Ok(MIGRATOR
+        .iter()
+        .filter(|m| m.migration_type.is_up_migration() && !applied.contains(&m.version))
+        .count())
 }

@@ -268,7 +268,8 @@ fn session_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 /// Paths a visitor may reach without an account in `required` mode: signing in and up, and
 /// what those pages load. API routes are checked by their [`super::Access`] instead.
 fn open_without_account(path: &str) -> bool {
-    path.starts_with("/api/")
+    super::health::PATHS.contains(&path)
+        || path.starts_with("/api/")
         || path.starts_with("/pkg/")
         || matches!(path, "/login" | "/signup" | "/favicon.svg" | "/rpc/session")
 }

@@ -13,6 +13,7 @@ mod defences;
 mod disposition;
 pub mod error;
 mod events;
+mod health;
 pub mod identity;
 mod jobs;
 mod pages;
@@ -73,7 +74,8 @@ impl FromRef<AppState> for LeptosOptions {
 /// Who may call an API route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// Anyone, even without an account in `required` mode: signing in, up and out.
+    /// Anyone, even without an account in `required` mode: signing in, up and out, and the
+    /// health probes.
     Public,
     /// Anyone with a session, and in `guest` mode any visitor (who sees nothing yet, and
     /// becomes a guest on making something). The handler scopes rows to the caller.
@@ -205,7 +207,9 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
             Account,
             account::revoke_token,
         ),
-        Endpoint::new(get, "/api/users", Admin, users::list),
+        Endpoint::new(get.clone(), "/api/users", Admin, users::list),
+        Endpoint::new(get.clone(), "/healthz", Public, health::live),
+        Endpoint::new(get, "/readyz", Public, health::ready),
         Endpoint::new(patch, "/api/users/{id}", Admin, users::set_role),
     ]
 }

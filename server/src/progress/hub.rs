@@ -1,8 +1,15 @@
 //! The process's one listener. It reconnects with backoff; after every (re)connect it
 //! broadcasts [`Change::Resync`], because notifications sent while it was away are lost and
-//! every stream must re-read what it shows.
+//! every stream must re-read what it shows. Whether it is listening now is part of the
+//! process's readiness (`http::health`).
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use sqlx::{PgPool, postgres::PgListener};
 use tokio::sync::broadcast;
@@ -25,22 +32,34 @@ pub enum Change {
 #[derive(Clone)]
 pub struct Hub {
     changes: broadcast::Sender<Change>,
+    listening: Arc<AtomicBool>,
 }
 
 impl Hub {
     /// Starts listening; stops when `shutdown` fires.
     pub fn start(pool: PgPool, shutdown: CancellationToken) -> Self {
         let (changes, _) = broadcast::channel(4096);
-        tokio::spawn(listen(pool, changes.clone(), shutdown));
-        Self { changes }
+        let listening = Arc::new(AtomicBool::new(false));
+        tokio::spawn(listen(pool, changes.clone(), listening.clone(), shutdown));
+        Self { changes, listening }
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {
         self.changes.subscribe()
     }
+
+    /// Whether notifications reach this process now (false while it connects or reconnects).
+    pub fn is_listening(&self) -> bool {
+        self.listening.load(Ordering::Relaxed)
+    }
 }
 
-async fn listen(pool: PgPool, changes: broadcast::Sender<Change>, shutdown: CancellationToken) {
+async fn listen(
+    pool: PgPool,
+    changes: broadcast::Sender<Change>,
+    listening: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+) {
     let mut backoff = Duration::from_millis(100);
     while !shutdown.is_cancelled() {
         let connected = async {
@@ -62,6 +81,7 @@ async fn listen(pool: PgPool, changes: broadcast::Sender<Change>, shutdown: Canc
             }
         };
         backoff = Duration::from_millis(100);
+        listening.store(true, Ordering::Relaxed);
         let _ = changes.send(Change::Resync);
         loop {
             // `try_recv` answers `None` when the connection dropped; reconnect ourselves so the
@@ -87,6 +107,7 @@ async fn listen(pool: PgPool, changes: broadcast::Sender<Change>, shutdown: Canc
                 }
             }
         }
+        listening.store(false, Ordering::Relaxed);
     }
 }
 

@@ -328,6 +328,9 @@ impl World {
                 let answer = response(c.patch(url).json(&json!({ "role": "member" }))).await;
                 (answer, expect([403, 403, 403, 200, 403, 401]))
             }
+            ("GET", "/healthz") | ("GET", "/readyz") => {
+                (response(c.get(self.url(path))).await, expect(EVERYONE))
+            }
             _ => panic!("no probe for {method} {path}: add one to tests/access.rs"),
         }
     }
@@ -476,10 +479,11 @@ async fn every_route_answers_each_role_as_it_should() {
     let listed: BTreeSet<_> = table.iter().map(|(m, p, _)| (m.to_string(), *p)).collect();
     assert_eq!(listed.len(), table.len(), "each route is listed once");
     for (method, path, access) in &table {
-        // Only signing in, up and out (and asking who one is) need no session.
+        // Only signing in, up and out (and asking who one is) and the health probes need no
+        // session.
         assert_eq!(
             *access == Access::Public,
-            *path == "/api/session" || *path == "/api/account",
+            ["/api/session", "/api/account", "/healthz", "/readyz"].contains(path),
             "{method} {path} is {access:?}"
         );
         for who in 0..WHO.len() {

@@ -16,6 +16,7 @@ mod defences;
 mod exactly_once;
 mod exports;
 mod faults;
+mod health;
 mod hostile_files;
 mod hostile_requests;
 mod job_trees;

@@ -1,0 +1,111 @@
+//! The probes a load balancer uses: `/healthz` answers whatever the database does, `/readyz`
+//! says what keeps the process from working (a missing migration, a lost listener) and
+//! recovers with it; both answer a probe by address (any `Host`) and without a session even
+//! where every other path needs an account.
+
+use crate::support::{TestDb, TestServer, until};
+use reqwest::{StatusCode, header::HOST};
+use serde_json::{Value, json};
+use server::config::{AuthArgs, AuthMode, ServeArgs};
+
+/// `GET path` with this `Host`: the status and the body.
+async fn probe(server: &TestServer, path: &str, host: &str) -> (StatusCode, String) {
+    let response = server
+        .client
+        .get(server.url(path))
+        .header(HOST, host)
+        .send()
+        .await
+        .unwrap();
+    (response.status(), response.text().await.unwrap())
+}
+
+async fn readiness(server: &TestServer) -> (StatusCode, Value) {
+    let (status, body) = probe(server, "/readyz", "10.1.2.3:3000").await;
+    (status, serde_json::from_str(&body).unwrap())
+}
+
+#[tokio::test]
+async fn probes_answer_by_address_without_an_account_and_report_each_check() {
+    let db = TestDb::new().await;
+    let args = ServeArgs {
+        no_workers: true,
+        auth: AuthArgs {
+            mode: AuthMode::Required,
+            ..AuthArgs::default()
+        },
+        ..ServeArgs::default()
+    };
+    let server = TestServer::start_with_args(&db, args).await;
+
+    assert_eq!(
+        probe(&server, "/healthz", "10.1.2.3:3000").await,
+        (StatusCode::OK, "ok\n".into())
+    );
+    // Every other path still refuses a Host it does not serve.
+    assert_eq!(
+        probe(&server, "/api/jobs", "10.1.2.3:3000").await.0,
+        StatusCode::MISDIRECTED_REQUEST
+    );
+    let all_ok = json!({ "ready": true, "database": "ok", "migrations": "ok", "listener": "ok" });
+    until("the process to be ready", || async {
+        readiness(&server).await == (StatusCode::OK, all_ok.clone())
+    })
+    .await;
+
+    // A database restored from before the latest migration.
+    sqlx::query("delete from _sqlx_migrations where version = (select max(version) from _sqlx_migrations)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        readiness(&server).await,
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "ready": false, "database": "ok", "migrations": "1 not applied",
+                    "listener": "ok" })
+        )
+    );
+    assert_eq!(probe(&server, "/healthz", "x").await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn readiness_follows_the_progress_listener() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let ready = || async { readiness(&server).await.0 == StatusCode::OK };
+    until("the process to be ready", ready).await;
+
+    // The listener's connection dies, and no new connection is let in.
+    let name: String = sqlx::query_scalar("select current_database()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "alter database \"{name}\" allow_connections false"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "select pg_terminate_backend(pid) from pg_stat_activity
+         where datname = current_database() and query ilike 'listen%'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    until("the lost listener to show", || async {
+        let (status, body) = readiness(&server).await;
+        status == StatusCode::SERVICE_UNAVAILABLE && body["listener"] == "not connected"
+    })
+    .await;
+    assert_eq!(probe(&server, "/healthz", "x").await.0, StatusCode::OK);
+
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "alter database \"{name}\" allow_connections true"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    until("the process to be ready again", ready).await;
+}
