@@ -3,10 +3,11 @@
 //! recovers with it; both answer a probe by address (any `Host`) and without a session even
 //! where every other path needs an account.
 
-use crate::support::{TestDb, TestServer, until};
+use crate::support::{TestDb, TestServer, admin_url, until};
 use reqwest::{StatusCode, header::HOST};
 use serde_json::{Value, json};
 use server::config::{AuthArgs, AuthMode, ServeArgs};
+use sqlx::{Connection, PgConnection};
 
 /// `GET path` with this `Host`: the status and the body.
 async fn probe(server: &TestServer, path: &str, host: &str) -> (StatusCode, String) {
@@ -54,10 +55,12 @@ async fn probes_answer_by_address_without_an_account_and_report_each_check() {
     .await;
 
     // A database restored from before the latest migration.
-    sqlx::query("delete from _sqlx_migrations where version = (select max(version) from _sqlx_migrations)")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "delete from _sqlx_migrations where version = (select max(version) from _sqlx_migrations)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(
         readiness(&server).await,
         (
@@ -76,24 +79,25 @@ async fn readiness_follows_the_progress_listener() {
     let ready = || async { readiness(&server).await.0 == StatusCode::OK };
     until("the process to be ready", ready).await;
 
-    // The listener's connection dies, and no new connection is let in.
+    // The database lets no new connection in (which only a connection to another database
+    // may say), and the ones it has are cut.
     let name: String = sqlx::query_scalar("select current_database()")
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "alter database \"{name}\" allow_connections false"
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    sqlx::query(
-        "select pg_terminate_backend(pid) from pg_stat_activity
-         where datname = current_database() and query ilike 'listen%'",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    let mut admin = PgConnection::connect(&admin_url()).await.unwrap();
+    let allow = |allowed: bool| {
+        sqlx::AssertSqlSafe(format!(
+            "alter database \"{name}\" allow_connections {allowed}"
+        ))
+    };
+    sqlx::query(allow(false)).execute(&mut admin).await.unwrap();
+    // Every connection goes: the listener takes its new one from the server's pool.
+    sqlx::query("select pg_terminate_backend(pid) from pg_stat_activity where datname = $1")
+        .bind(&name)
+        .execute(&mut admin)
+        .await
+        .unwrap();
     until("the lost listener to show", || async {
         let (status, body) = readiness(&server).await;
         status == StatusCode::SERVICE_UNAVAILABLE && body["listener"] == "not connected"
@@ -101,11 +105,6 @@ async fn readiness_follows_the_progress_listener() {
     .await;
     assert_eq!(probe(&server, "/healthz", "x").await.0, StatusCode::OK);
 
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "alter database \"{name}\" allow_connections true"
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    sqlx::query(allow(true)).execute(&mut admin).await.unwrap();
     until("the process to be ready again", ready).await;
 }
