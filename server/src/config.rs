@@ -15,6 +15,16 @@ pub struct Cli {
     pub command: Option<Command>,
     #[command(flatten)]
     pub database: DatabaseArgs,
+    /// How log lines are written: `text` for people, `json` (one object per line, with the
+    /// request's or the task's span fields) for a log collector.
+    #[arg(
+        long,
+        env = "CONVEYOR_LOG_FORMAT",
+        value_enum,
+        default_value_t = crate::logs::Format::Text,
+        global = true
+    )]
+    pub log_format: crate::logs::Format,
 }
 
 #[derive(Subcommand, Debug)]

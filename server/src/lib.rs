@@ -19,6 +19,7 @@ pub mod db;
 pub mod http;
 pub mod incident;
 pub mod jobs;
+pub mod logs;
 pub mod progress;
 pub mod spreadsheet;
 pub mod store;

@@ -4,7 +4,6 @@ use anyhow::Context;
 use clap::Parser;
 use server::config::{Cli, Command, ServeArgs, UserAddArgs, UserCommand};
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -16,12 +15,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,apalis=warn")),
-        )
-        .init();
+    server::logs::init(cli.log_format);
     let url = cli
         .database
         .database_url

@@ -18,6 +18,7 @@ pub mod identity;
 mod jobs;
 mod pages;
 mod quotas;
+pub mod request_id;
 mod reports;
 mod results;
 mod uploads;
@@ -37,7 +38,10 @@ use axum::{
 use leptos::prelude::LeptosOptions;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use tower_http::{timeout::RequestBodyTimeoutLayer, trace::TraceLayer};
+use tower_http::{
+    timeout::RequestBodyTimeoutLayer,
+    trace::{DefaultOnResponse, TraceLayer},
+};
 
 pub use pages::{leptos_options, page_paths, rpc_paths};
 
@@ -258,6 +262,12 @@ pub fn router(state: AppState) -> Router {
             defences::security_headers,
         ))
         .layer(RequestBodyTimeoutLayer::new(state.limits.body_timeout()))
-        .layer(TraceLayer::new_for_http())
+        // An access log: one line per response, in the request's span.
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_id::span)
+                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+        )
+        .layer(middleware::from_fn(request_id::assign))
         .with_state(state)
 }

@@ -26,6 +26,7 @@ use apalis::prelude::{BackendExt, BoxDynError, Data, Strategy, WorkerBuilder, Wo
 use apalis_postgres::{Config, PostgresStorage, Pubsub};
 use tokio::task::JoinSet;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::{Engine, Run, TaskError, chunk, export, maintenance, plan};
@@ -144,15 +145,31 @@ async fn fetch(runner: Runner, name: String, lease: Duration, shutdown: Cancella
 /// Runs one message's item (see the module docs). Always `Ok`: our tables keep attempts.
 async fn handle(task: TaskMsg, runner: Data<Runner>) -> Result<(), BoxDynError> {
     let runner = (*runner).clone();
+    let span = task_span(&task);
     // Tracked outside apalis, so shutdown waits for the run even if apalis lets go of it.
     let run = runner.runs.spawn({
         let runner = runner.clone();
-        async move { runner.run(task).await }
+        async move { runner.run(task).await }.instrument(span)
     });
     if let Err(err) = run.await {
         tracing::error!("a run crashed outside its item: {err}");
     }
     Ok(())
+}
+
+/// The span a run is logged in: which task, of which job (and chunk).
+fn task_span(task: &TaskMsg) -> tracing::Span {
+    let item = Item::of(task);
+    let span = tracing::info_span!(
+        "task",
+        task = task.kind(),
+        job_id = %item.job_id(),
+        chunk_no = tracing::field::Empty,
+    );
+    if let Item::Chunk { chunk_no, .. } = item {
+        span.record("chunk_no", chunk_no);
+    }
+    span
 }
 
 /// What every run of this process shares.
@@ -190,7 +207,8 @@ impl Runner {
             self.lease,
             self.heartbeat,
             stop.clone(),
-        ));
+        )
+        .in_current_span());
         // The work stops itself at its next safe point once `stop` fires (never dropped in
         // the middle of a statement, which would leave its connection unusable).
         let work = tokio::spawn(execute(
@@ -198,7 +216,8 @@ impl Runner {
             task.clone(),
             lease.clone(),
             stop.clone(),
-        ));
+        )
+        .in_current_span());
         let ended = work
             .await
             .map_err(TaskError::from)

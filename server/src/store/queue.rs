@@ -35,6 +35,19 @@ pub enum TaskMsg {
     ExportFinish { job_id: Uuid },
 }
 
+impl TaskMsg {
+    /// The task's name, as its message spells it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TaskMsg::Plan { .. } => "plan",
+            TaskMsg::Chunk { .. } => "chunk",
+            TaskMsg::ExportPlan { .. } => "exportPlan",
+            TaskMsg::ExportChunk { .. } => "exportChunk",
+            TaskMsg::ExportFinish { .. } => "exportFinish",
+        }
+    }
+}
+
 /// Which messages apalis hands out first (it fetches by priority, then by age).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Priority {

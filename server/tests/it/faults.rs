@@ -8,39 +8,13 @@
 use std::time::Duration;
 
 use crate::support::{
-    Cluster, TestDb, TestServer, WorkerProcess, completed_exactly, csv, stored_rows, until,
-    worker_args,
+    Cluster, TestDb, TestServer, WorkerProcess, completed_exactly, csv, drop_trigger,
+    install_trigger, stored_rows, until, worker_args,
 };
 use app::model::JobStatus;
 use reqwest::StatusCode;
 use serde_json::json;
 use uuid::Uuid;
-
-/// Makes every insert into `dataset_rows` run `body` (PL/pgSQL) first.
-async fn install_trigger(db: &TestDb, body: &str) {
-    // The bodies are this file's own constants.
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "create or replace function test_fault() returns trigger language plpgsql as $$
-         begin {body} return new; end $$"
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    sqlx::query(
-        "create or replace trigger test_fault before insert on dataset_rows
-         for each row execute function test_fault()",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
-}
-
-async fn drop_trigger(db: &TestDb) {
-    sqlx::query("drop trigger test_fault on dataset_rows")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-}
 
 /// Chunks of the job whose lease is held.
 async fn leased_chunks(db: &TestDb, job_id: Uuid) -> i64 {

@@ -21,6 +21,7 @@ mod hostile_files;
 mod hostile_requests;
 mod job_trees;
 mod live_events;
+mod logs;
 mod progress_feed;
 mod schema_pins;
 mod streamed_sheets;

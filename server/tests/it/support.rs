@@ -651,9 +651,21 @@ impl WorkerProcess {
 
     /// With extra `CONVEYOR_…` settings.
     pub fn start_with(db: &TestDb, chunk_rows: usize, settings: &[(&str, &str)]) -> Self {
-        let log = std::env::temp_dir().join(format!("conveyor-worker-{}.log", Uuid::new_v4()));
+        Self::spawn("worker", db, chunk_rows, settings)
+    }
+
+    /// `server serve` on a free port of 127.0.0.1 (its log says which), with its in-process
+    /// workers.
+    pub fn serve(db: &TestDb, chunk_rows: usize, settings: &[(&str, &str)]) -> Self {
+        let on_any_port = [("LEPTOS_SITE_ADDR", "127.0.0.1:0")];
+        let settings: Vec<_> = on_any_port.iter().chain(settings).copied().collect();
+        Self::spawn("serve", db, chunk_rows, &settings)
+    }
+
+    fn spawn(command: &str, db: &TestDb, chunk_rows: usize, settings: &[(&str, &str)]) -> Self {
+        let log = std::env::temp_dir().join(format!("conveyor-{command}-{}.log", Uuid::new_v4()));
         let child = Command::new(env!("CARGO_BIN_EXE_server"))
-            .arg("worker")
+            .arg(command)
             .env("DATABASE_URL", &db.url)
             .env("CONVEYOR_CHUNK_ROWS", chunk_rows.to_string())
             .env("CONVEYOR_WORKER_CONCURRENCY", "1")
@@ -827,3 +839,31 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Makes every insert into `dataset_rows` run `body` (PL/pgSQL, the calling test's own
+/// constant) first: how tests make chunks slow or failing while the worker under test is the
+/// real binary, unchanged.
+pub async fn install_trigger(db: &TestDb, body: &str) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "create or replace function test_fault() returns trigger language plpgsql as $$
+         begin {body} return new; end $$"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "create or replace trigger test_fault before insert on dataset_rows
+         for each row execute function test_fault()",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+}
+
+pub async fn drop_trigger(db: &TestDb) {
+    sqlx::query("drop trigger test_fault on dataset_rows")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
