@@ -20,6 +20,10 @@ pub fn init(format: Format) {
     match format {
         Format::Text => logger.init(),
         // The current span's fields at the top (`span`), and the whole stack (`spans`).
-        Format::Json => logger.json().with_current_span(true).with_span_list(true).init(),
+        Format::Json => logger
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
     }
 }

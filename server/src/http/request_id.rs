@@ -59,7 +59,12 @@ mod tests {
 
     #[test]
     fn only_plain_short_ids_are_kept() {
-        for kept in ["a", "0192f1c2-7d3e-7a51-8b2a-3f1c2d4e5f60", "lb.req_42", &"x".repeat(64)] {
+        for kept in [
+            "a",
+            "0192f1c2-7d3e-7a51-8b2a-3f1c2d4e5f60",
+            "lb.req_42",
+            &"x".repeat(64),
+        ] {
             assert!(fit(kept.as_bytes()), "{kept}");
         }
         for replaced in ["", "a b", "a\u{1b}[31m", "id\"}", "é", &"x".repeat(65)] {

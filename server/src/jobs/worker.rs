@@ -201,23 +201,27 @@ impl Runner {
             }
         };
         let stop = self.stop_all.child_token();
-        let heartbeat = tokio::spawn(keep_alive(
-            self.engine.pool.clone(),
-            lease.clone(),
-            self.lease,
-            self.heartbeat,
-            stop.clone(),
-        )
-        .in_current_span());
+        let heartbeat = tokio::spawn(
+            keep_alive(
+                self.engine.pool.clone(),
+                lease.clone(),
+                self.lease,
+                self.heartbeat,
+                stop.clone(),
+            )
+            .in_current_span(),
+        );
         // The work stops itself at its next safe point once `stop` fires (never dropped in
         // the middle of a statement, which would leave its connection unusable).
-        let work = tokio::spawn(execute(
-            self.engine.clone(),
-            task.clone(),
-            lease.clone(),
-            stop.clone(),
-        )
-        .in_current_span());
+        let work = tokio::spawn(
+            execute(
+                self.engine.clone(),
+                task.clone(),
+                lease.clone(),
+                stop.clone(),
+            )
+            .in_current_span(),
+        );
         let ended = work
             .await
             .map_err(TaskError::from)

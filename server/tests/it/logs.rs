@@ -64,13 +64,18 @@ async fn json_logs_carry_the_request_id_and_the_task_being_run() {
         .send()
         .await
         .unwrap();
-    let ours = hostile.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let ours = hostile.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     assert!(uuid::Uuid::parse_str(&ours).is_ok(), "{ours}");
 
     let job: Value = client
         .post(format!("{base}/api/jobs"))
-        .json(&json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": "fire",
-                       "maxFailuresPerItem": 1 }))
+        .json(
+            &json!({ "jobType": "import", "fileGuid": upload["id"], "dataset": "fire",
+                       "maxFailuresPerItem": 1 }),
+        )
         .send()
         .await
         .unwrap()
@@ -101,7 +106,8 @@ async fn json_logs_carry_the_request_id_and_the_task_being_run() {
     assert!(answered("probe-42"), "the upload's access line");
     assert!(answered(&ours), "the list's access line");
     assert!(
-        !log.iter().any(|line| line["span"]["request_id"] == hostile_id),
+        !log.iter()
+            .any(|line| line["span"]["request_id"] == hostile_id),
         "the hostile id never reaches the log"
     );
 }

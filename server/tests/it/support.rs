@@ -866,4 +866,3 @@ pub async fn drop_trigger(db: &TestDb) {
         .await
         .unwrap();
 }
-
