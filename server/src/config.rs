@@ -21,6 +21,7 @@ pub struct Cli {
         long,
         env = "CONVEYOR_LOG_FORMAT",
         value_enum,
+        ignore_case = true,
         default_value_t = crate::logs::Format::Text,
         global = true
     )]

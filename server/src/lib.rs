@@ -57,6 +57,7 @@ pub async fn serve(
         auth: std::sync::Arc::new(args.auth.clone()),
         limits: std::sync::Arc::new(args.limits.clone()),
         streams: Default::default(),
+        probed: Default::default(),
         callbacks: std::sync::Arc::new(jobs::callbacks::address::Policy::new(
             args.worker.callbacks.allow.clone(),
         )),

@@ -1,13 +1,16 @@
 //! Probes for load balancers and orchestrators. `GET /healthz`: the process answers (it asks
 //! nothing of the database, so a database outage does not get every process restarted).
 //! `GET /readyz`: it can do its work now: the database answers within [`DATABASE_WITHIN`] and
-//! has every migration this build knows, and the progress listener is connected (live pages
-//! need it); `503` with what is wrong otherwise.
+//! has every one of our migrations this build knows, and the progress listener is connected
+//! (live pages need it); `503` with what is wrong otherwise. The database is asked at most once
+//! per [`FRESH_FOR`] by one probe at a time; others get that answer, so a flood of probes costs
+//! the database nothing more.
 //!
 //! Both answer anyone, whatever the `Host` (a load balancer probes a process by its address;
-//! see `defences::check_host`), and say nothing beyond the checks themselves.
+//! see `defences::check_host`), without looking at credentials (`identity::resolve`), and say
+//! nothing beyond the checks themselves.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::{
     Json,
@@ -16,6 +19,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde::Serialize;
+use tokio::sync::Mutex;
 
 use super::AppState;
 use crate::db;
@@ -23,8 +27,40 @@ use crate::db;
 /// The probes' paths.
 pub const PATHS: [&str; 2] = ["/healthz", "/readyz"];
 
-/// How long the database may take to answer a readiness probe.
+/// How long the database may take to answer a readiness probe (waiting for a connection of
+/// the pool included: a pool too busy to answer is not ready either).
 pub const DATABASE_WITHIN: Duration = Duration::from_secs(2);
+
+/// How long an answer from the database serves later probes.
+pub const FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// The database's last answer to a probe: when, and how many migrations were missing (or what
+/// went wrong).
+#[derive(Default)]
+pub struct Probed(Mutex<Option<(Instant, Result<usize, String>)>>);
+
+impl Probed {
+    /// The database's answer, asked again only when the last is older than [`FRESH_FOR`].
+    async fn missing_migrations(&self, pool: &sqlx::PgPool) -> Result<usize, String> {
+        let mut last = self.0.lock().await;
+        if let Some((at, answer)) = last.as_ref()
+            && at.elapsed() < FRESH_FOR
+        {
+            return answer.clone();
+        }
+        let answer = match tokio::time::timeout(DATABASE_WITHIN, db::missing_migrations(pool)).await
+        {
+            Err(_) => Err(format!("no answer within {DATABASE_WITHIN:?}")),
+            Ok(Err(err)) => {
+                tracing::warn!("readiness: the database failed: {err}");
+                Err("unreachable".to_owned())
+            }
+            Ok(Ok(missing)) => Ok(missing),
+        };
+        *last = Some((Instant::now(), answer.clone()));
+        answer
+    }
+}
 
 /// `GET /healthz`.
 pub async fn live() -> &'static str {
@@ -57,21 +93,10 @@ struct Readiness {
 
 /// `GET /readyz`.
 pub async fn ready(State(state): State<AppState>) -> Response {
-    let missing = tokio::time::timeout(DATABASE_WITHIN, db::missing_migrations(&state.pool)).await;
-    let (database, migrations) = match missing {
-        Err(_) => (
-            Check::Failed(format!("no answer within {DATABASE_WITHIN:?}")),
-            Check::Failed("unknown".into()),
-        ),
-        Ok(Err(err)) => {
-            tracing::warn!("readiness: the database failed: {err}");
-            (
-                Check::Failed("unreachable".into()),
-                Check::Failed("unknown".into()),
-            )
-        }
-        Ok(Ok(0)) => (Check::Ok, Check::Ok),
-        Ok(Ok(n)) => (Check::Ok, Check::Failed(format!("{n} not applied"))),
+    let (database, migrations) = match state.probed.missing_migrations(&state.pool).await {
+        Err(what) => (Check::Failed(what), Check::Failed("unknown".into())),
+        Ok(0) => (Check::Ok, Check::Ok),
+        Ok(n) => (Check::Ok, Check::Failed(format!("{n} not applied"))),
     };
     let listener = if state.hub.is_listening() {
         Check::Ok

@@ -98,6 +98,11 @@ impl Identity {
 /// Middleware: resolves the identity (or answers 401 to a bad API token), keeps visitors out
 /// of pages in `required` mode, and writes the cookie the handler decided on.
 pub async fn resolve(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    // Health probes answer whoever asks, and never look up credentials (a liveness probe must
+    // not need the database).
+    if super::health::PATHS.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
     let lifetime = state.auth.session_lifetime();
     let https = state.auth.https;
     let (identity, stale_cookie) = match identify(&state, request.headers()).await {
@@ -268,8 +273,7 @@ fn session_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 /// Paths a visitor may reach without an account in `required` mode: signing in and up, and
 /// what those pages load. API routes are checked by their [`super::Access`] instead.
 fn open_without_account(path: &str) -> bool {
-    super::health::PATHS.contains(&path)
-        || path.starts_with("/api/")
+    path.starts_with("/api/")
         || path.starts_with("/pkg/")
         || matches!(path, "/login" | "/signup" | "/favicon.svg" | "/rpc/session")
 }

@@ -13,7 +13,7 @@ mod defences;
 mod disposition;
 pub mod error;
 mod events;
-mod health;
+pub mod health;
 pub mod identity;
 mod jobs;
 mod pages;
@@ -40,7 +40,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tower_http::{
     timeout::RequestBodyTimeoutLayer,
-    trace::{DefaultOnResponse, TraceLayer},
+    trace::{DefaultOnFailure, DefaultOnResponse, TraceLayer},
 };
 
 pub use pages::{leptos_options, page_paths, rpc_paths};
@@ -63,6 +63,8 @@ pub struct AppState {
     pub limits: Arc<LimitArgs>,
     /// The live event streams open, per owner.
     pub streams: Arc<quotas::Streams>,
+    /// The database's last answer to a readiness probe.
+    pub probed: Arc<health::Probed>,
     /// Where completion callbacks may go (checked when a job names one).
     pub callbacks: Arc<crate::jobs::callbacks::address::Policy>,
     /// Fires on shutdown; open event streams end with it.
@@ -262,11 +264,14 @@ pub fn router(state: AppState) -> Router {
             defences::security_headers,
         ))
         .layer(RequestBodyTimeoutLayer::new(state.limits.body_timeout()))
-        // An access log: one line per response, in the request's span.
+        // An access log: one line per response, in the request's span. A 5xx is a `warn` line
+        // too (our own failures are logged where they happen, under their reference; a
+        // not-ready probe is not an error).
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(request_id::span)
-                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO)),
+                .on_response(DefaultOnResponse::new().level(tracing::Level::INFO))
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::WARN)),
         )
         .layer(middleware::from_fn(request_id::assign))
         .with_state(state)

@@ -37,15 +37,16 @@ fn fit(id: &[u8]) -> bool {
             .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-/// The span a request is handled in (tower-http's `TraceLayer`), at `info` so its fields reach
-/// the logs: the id [`assign`] gave it, the method and the path (never the query).
+/// The span a request is handled in (tower-http's `TraceLayer`): the id [`assign`] gave it, the
+/// method and the path (never the query). At level `error`, so that whatever `RUST_LOG` lets
+/// through (`warn` only, say) still carries its fields.
 pub fn span(request: &Request) -> tracing::Span {
     let id = request
         .headers()
         .get(&HEADER)
         .and_then(|value| value.to_str().ok())
         .unwrap_or_default();
-    tracing::info_span!(
+    tracing::error_span!(
         "request",
         request_id = id,
         method = %request.method(),

@@ -157,10 +157,11 @@ async fn handle(task: TaskMsg, runner: Data<Runner>) -> Result<(), BoxDynError> 
     Ok(())
 }
 
-/// The span a run is logged in: which task, of which job (and chunk).
+/// The span a run is logged in: which task, of which job (and chunk). At level `error`, so that
+/// whatever `RUST_LOG` lets through still carries its fields.
 fn task_span(task: &TaskMsg) -> tracing::Span {
     let item = Item::of(task);
-    let span = tracing::info_span!(
+    let span = tracing::error_span!(
         "task",
         task = task.kind(),
         job_id = %item.job_id(),

@@ -64,6 +64,9 @@ async fn listen(
     while !shutdown.is_cancelled() {
         let connected = async {
             let mut listener = PgListener::connect_with(&pool).await?;
+            // A lost connection is reported at once (we reconnect below), so that
+            // `is_listening` is never true while nothing listens.
+            listener.eager_reconnect(false);
             listener.listen_all([CHANNEL, ACCOUNTS]).await?;
             Ok::<_, sqlx::Error>(listener)
         };
@@ -87,7 +90,7 @@ async fn listen(
             // `try_recv` answers `None` when the connection dropped; reconnect ourselves so the
             // resync is sent only once we listen again.
             match shutdown.run_until_cancelled(listener.try_recv()).await {
-                None => return,
+                None => break,
                 Some(Ok(Some(notification))) => match parse(&notification) {
                     Some(change) => {
                         let _ = changes.send(change);

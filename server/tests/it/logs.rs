@@ -7,11 +7,12 @@ use crate::support::{TestDb, WorkerProcess, csv, file_form, install_trigger, unt
 use reqwest::Client;
 use serde_json::{Value, json};
 
-/// The process's log lines, each parsed (every one must be JSON).
+/// The process's complete log lines so far, each parsed (every one must be JSON).
 fn lines(process: &WorkerProcess) -> Vec<Value> {
     process
         .log()
-        .lines()
+        .split_inclusive('\n')
+        .filter_map(|line| line.strip_suffix('\n'))
         .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
         .collect()
 }
