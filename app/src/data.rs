@@ -16,6 +16,7 @@ use uuid::Uuid;
 use crate::auth::Me;
 use crate::{
     auth::{SessionView, TokenView, UserView},
+    job_list::{JobPage, ListQuery},
     model::{DatasetView, JobView},
 };
 
@@ -29,8 +30,8 @@ pub const DATASET_PAGE_ROWS: i64 = 20;
 pub trait PageData: Send + Sync {
     /// One job, or `None` when no job the reader may see has that id.
     async fn job(&self, me: Option<&Me>, id: Uuid) -> Result<Option<JobView>, String>;
-    /// The newest jobs the reader may see, first.
-    async fn recent_jobs(&self, me: Option<&Me>, limit: i64) -> Result<Vec<JobView>, String>;
+    /// A page of the jobs the reader may see that the query selects.
+    async fn job_page(&self, me: Option<&Me>, query: &ListQuery) -> Result<JobPage, String>;
     /// Every dataset the reader may see, by name.
     async fn datasets(&self, me: Option<&Me>) -> Result<Vec<DatasetView>, String>;
     /// A dataset (the reader's own, or `owner`'s when the reader may see theirs) and its first
@@ -83,11 +84,13 @@ pub async fn get_job(id: Uuid) -> Result<Option<JobView>, ServerFnError> {
         .map_err(ServerFnError::new)
 }
 
-/// The newest jobs, for the job list page.
+/// A page of the job list, for the query string of the `/jobs` page's URL.
 #[server(prefix = "/rpc", endpoint = "jobs")]
-pub async fn list_jobs() -> Result<Vec<JobView>, ServerFnError> {
+pub async fn list_jobs(query: String) -> Result<JobPage, ServerFnError> {
+    let query = ListQuery::from_query_string(&query)
+        .map_err(|message| refuse(http::StatusCode::BAD_REQUEST, &message))?;
     store()?
-        .recent_jobs(reader().as_ref(), 100)
+        .job_page(reader().as_ref(), &query)
         .await
         .map_err(ServerFnError::new)
 }

@@ -20,6 +20,19 @@ pub enum JobKind {
     Batch,
 }
 
+impl JobKind {
+    pub const ALL: [Self; 3] = [Self::Import, Self::Export, Self::Batch];
+
+    /// The word in the API and the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Import => "import",
+            Self::Export => "export",
+            Self::Batch => "batch",
+        }
+    }
+}
+
 /// Where a job is in its life; on the server, also the `job_status` type of PostgreSQL. The
 /// state diagram and every transition are in the server's `store::states`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -38,6 +51,14 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
+    pub const ALL: [Self; 5] = [
+        Self::Waiting,
+        Self::Running,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
     /// The word in the API, the database and the job list.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -13,7 +13,7 @@ use crate::{
 #[component]
 pub fn JobsPage() -> impl IntoView {
     let session = use_session();
-    let jobs = Resource::new(|| (), |_| list_jobs());
+    let jobs = Resource::new(|| (), |_| list_jobs(String::new()));
     view! {
         <section class="card">
             <h1>"Jobs"</h1>
@@ -21,7 +21,7 @@ pub fn JobsPage() -> impl IntoView {
                 {move || Suspend::new(async move {
                     session.ready().await;
                     match jobs.await {
-                        Ok(jobs) => view! { <LiveJobTable jobs /> }.into_any(),
+                        Ok(page) => view! { <LiveJobTable jobs=page.jobs /> }.into_any(),
                         Err(err) => {
                             view! { <p class="error">"Cannot load jobs: " {err.to_string()}</p> }
                                 .into_any()

@@ -3,13 +3,13 @@
 use axum::{
     Json,
     extract::{
-        Path, Query, State,
+        Path, RawQuery, State,
         rejection::{JsonRejection, PathRejection},
     },
     http::{HeaderMap, HeaderName, StatusCode, header::LOCATION},
     response::{IntoResponse, Response},
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use uuid::Uuid;
 
 use super::{AppState, error::ApiError, identity::Caller, quotas};
@@ -21,11 +21,17 @@ use crate::{
         create::{self, CreateError},
     },
     spreadsheet::schema,
-    store::jobs::{self, Options},
+    store::{
+        job_list::{self, Owners},
+        jobs::{self, Options},
+    },
 };
 
 static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
-use app::model::{ExportFormat, JobView};
+use app::{
+    job_list::{JobPage, ListQuery},
+    model::{ExportFormat, JobView},
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -359,32 +365,18 @@ pub async fn visible_job(
         .ok_or_else(|| no_such_job(id))
 }
 
-#[derive(Debug, Deserialize)]
-pub struct ListQuery {
-    limit: Option<i64>,
-    before: Option<Uuid>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct JobPage {
-    jobs: Vec<JobView>,
-    /// Pass as `before` for the next page; absent on the last page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    next: Option<Uuid>,
-}
-
-/// `GET /api/jobs?limit=&before=`: newest first, keyset paged.
+/// `GET /api/jobs?status=&type=&owner=&dataset=&from=&to=&errors=&q=&before=&after=&limit=`:
+/// a page of the jobs the caller may see that the filter selects, newest first, with the
+/// counts per status (`app::job_list` has the parameters).
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Query(query): Query<ListQuery>,
+    RawQuery(query): RawQuery,
 ) -> Result<Json<JobPage>, ApiError> {
-    let limit = query.limit.unwrap_or(50).clamp(1, 500);
-    let jobs = jobs::recent(&state.pool, caller.sees(), limit, query.before).await?;
-    let next = (jobs.len() as i64 == limit)
-        .then(|| jobs.last().map(|job| job.id))
-        .flatten();
-    Ok(Json(JobPage { jobs, next }))
+    let query = ListQuery::from_query_string(query.as_deref().unwrap_or_default())
+        .map_err(ApiError::BadRequest)?;
+    let owners = Owners::resolve(&state.pool, caller.sees(), query.filter.owner.as_deref()).await?;
+    Ok(Json(job_list::page(&state.pool, owners, &query).await?))
 }
 
 /// A path id that is not a UUID names no job either.

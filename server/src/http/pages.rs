@@ -7,6 +7,7 @@ use app::{
     App,
     auth::{Me, SessionView, TokenView, UserView},
     data::{PageData, Store},
+    job_list::{JobPage, ListQuery},
     model::{DatasetView, JobView},
     shell,
 };
@@ -27,7 +28,11 @@ use crate::{
     auth::Sees,
     config::{AuthArgs, AuthMode},
     incident,
-    store::{datasets, jobs, sessions, users},
+    store::{
+        datasets,
+        job_list::{self, Owners},
+        jobs, sessions, users,
+    },
 };
 
 struct PgPageData {
@@ -46,8 +51,11 @@ impl PageData for PgPageData {
         jobs::find(&self.pool, id, Sees::of(me)).await.map_err(text)
     }
 
-    async fn recent_jobs(&self, me: Option<&Me>, limit: i64) -> Result<Vec<JobView>, String> {
-        jobs::recent(&self.pool, Sees::of(me), limit, None)
+    async fn job_page(&self, me: Option<&Me>, query: &ListQuery) -> Result<JobPage, String> {
+        let owners = Owners::resolve(&self.pool, Sees::of(me), query.filter.owner.as_deref())
+            .await
+            .map_err(text)?;
+        job_list::page(&self.pool, owners, query)
             .await
             .map_err(text)
     }

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, time::Duration};
 
-use app::model::JobView;
+use app::{job_list::JobFilter, model::JobView};
 use futures::Stream;
 use sqlx::PgPool;
 use tokio::sync::{
@@ -18,7 +18,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
 use super::{Change, Hub};
-use crate::{auth::Sees, store::jobs};
+use crate::{
+    auth::Sees,
+    store::{
+        job_list::{self, Owners},
+        jobs,
+    },
+};
 
 /// The shortest time between two pushes of the same job.
 pub const COALESCE: Duration = Duration::from_millis(100);
@@ -153,7 +159,9 @@ async fn read(
     match (scope, pending) {
         (Scope::One(id), _) => Ok(jobs::find(pool, id, sees).await?.into_iter().collect()),
         (Scope::All, Pending::Everything) => {
-            let mut views = jobs::recent(pool, sees, LIST_RESYNC, None).await?;
+            let owners = Owners::resolve(pool, sees, None).await?;
+            let mut views =
+                job_list::newest(pool, owners, &JobFilter::default(), LIST_RESYNC).await?;
             views.reverse();
             Ok(views)
         }

@@ -19,7 +19,7 @@ macro_rules! select_view {
             r#"select j.id, j.kind as "kind: JobKind", j.status as "status: JobStatus",
            j.item_count, j.item_progress, j.rows_ok, j.rows_failed, j.rows_updated,
            j.chunks_total, j.chunks_done, j.version, j.error, j.created_at, j.started_at,
-           j.finished_at, coalesce(u.filename, j.source_filename) as filename,
+           j.finished_at, j.source_filename as filename,
            d.name as "dataset?", j.format as "format: ExportFormat",
            j.result_upload_id is not null as "has_result!",
            extract(epoch from coalesce(j.finished_at, now()) - j.started_at)::float8
@@ -42,7 +42,6 @@ macro_rules! select_view {
                as "callback_tries: Json<Vec<CallbackTry>>"
     from jobs j
     join users o on o.id = j.owner
-    left join uploads u on u.id = j.upload_id
     left join datasets d on d.id = j.dataset_id "#
                 + $rest,
             $($arg),+
@@ -213,8 +212,9 @@ pub async fn insert(
         NewJob,
         "insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, format,
                            max_failures_per_item, max_row_errors, max_row_errors_percent,
-                           dedupe_key, serialize_key, parent_id, callback_url)
-         values ($1, $2, $3, $4, $5, $6, $7, coalesce($8, 5), $9, $10, $11, $12, $13, $14)
+                           dedupe_key, serialize_key, parent_id, callback_url, source_filename)
+         values ($1, $2, $3, $4, $5, $6, $7, coalesce($8, 5), $9, $10, $11, $12, $13, $14,
+                 (select filename from uploads where id = $4))
          on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
          returning id, ticket",
         Uuid::now_v7(),
@@ -355,32 +355,6 @@ pub async fn find_many(pool: &PgPool, ids: &[Uuid], sees: Sees) -> sqlx::Result<
         "$3",
         "where j.id = any($1) and ($2::uuid is null or j.owner = $2)",
         ids,
-        sees.owner_filter(),
-        ChunkState::Failed as ChunkState,
-    )
-    .fetch_all(pool)
-    .await
-    .map(|rows| rows.into_iter().map(JobView::from).collect())
-}
-
-/// The jobs `sees` covers, newest first; `before` continues a page after the job with that id
-/// (keyset paging).
-pub async fn recent(
-    pool: &PgPool,
-    sees: Sees,
-    limit: i64,
-    before: Option<Uuid>,
-) -> sqlx::Result<Vec<JobView>> {
-    select_view!(
-        "$4",
-        "where ($3::uuid is null or j.owner = $3)
-           and ($2::uuid is null
-                or (j.created_at, j.id) < (select created_at, id from jobs
-                                           where id = $2 and ($3::uuid is null or owner = $3)))
-         order by j.created_at desc, j.id desc
-         limit $1",
-        limit,
-        before,
         sees.owner_filter(),
         ChunkState::Failed as ChunkState,
     )

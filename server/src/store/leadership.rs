@@ -11,6 +11,7 @@ pub enum Duty {
     Requeue,
     BatchSettlement,
     Retention,
+    CountFolding,
 }
 
 impl Duty {
@@ -22,6 +23,7 @@ impl Duty {
             Duty::Retention => 1,
             Duty::Requeue => 2,
             Duty::BatchSettlement => 3,
+            Duty::CountFolding => 4,
         }
     }
 }

@@ -9,6 +9,8 @@ pub mod chunks;
 pub mod datasets;
 pub mod errors;
 pub mod exports;
+pub mod job_counts;
+pub mod job_list;
 pub mod jobs;
 pub mod leadership;
 pub mod leases;

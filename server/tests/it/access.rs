@@ -392,7 +392,7 @@ impl World {
                 expect_seen(EVERYONE, MARK, SEES_A),
             ),
             "/rpc/jobs" => (
-                call(String::new()).await,
+                call("query=".to_owned()).await,
                 expect_seen(EVERYONE, MARK, SEES_A),
             ),
             "/rpc/datasets" => (

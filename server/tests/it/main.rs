@@ -19,6 +19,7 @@ mod faults;
 mod health;
 mod hostile_files;
 mod hostile_requests;
+mod job_list;
 mod job_trees;
 mod live_events;
 mod logs;

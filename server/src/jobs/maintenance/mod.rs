@@ -8,12 +8,14 @@
 //! | [`lease_rescue`] | heartbeat | frees items whose lease expired; fails those out of attempts |
 //! | [`requeue`] | heartbeat | queues a message for every due item without a live one |
 //! | [`batches`] | heartbeat | ends sealed batches whose children have all ended |
+//! | [`counts`] | heartbeat | folds the job count deltas into the counts the job list shows |
 //! | [`retention`] | 10 min | deletes what finished jobs left behind (`store::retention`) |
 //! | callbacks ([`super::callbacks`]) | 1 s | delivers completion callbacks; no leader: each delivery claims its job's row |
 //!
 //! Every statement they run lives in `store/`.
 
 pub mod batches;
+pub mod counts;
 pub mod lease_rescue;
 pub mod requeue;
 pub mod retention;
@@ -58,6 +60,13 @@ pub fn spawn(
         heartbeat,
         shutdown.clone(),
         move || batches::round(p.clone()),
+    ));
+    let p = pool.clone();
+    tasks.spawn(every(
+        Duty::CountFolding,
+        heartbeat,
+        shutdown.clone(),
+        move || counts::round(p.clone()),
     ));
     let p = pool.clone();
     tasks.spawn(every(

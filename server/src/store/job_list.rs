@@ -1,0 +1,349 @@
+//! The job list: which jobs a [`JobFilter`] selects, a page of them in list order, capped counts
+//! for filters no counter covers, and the ids a bulk action works through.
+//!
+//! These statements are built per request (`QueryBuilder`), the one place outside
+//! `leases`/`queue` that is not compile-checked: the filter decides which conditions exist, and
+//! a statement holding only those lets the planner pick the index for them (one prepared
+//! statement with `$n is null or …` for every filter would be planned once for all of them, and
+//! badly). They select ids only; the jobs' views come from the compile-checked
+//! [`super::jobs::find_many`].
+
+use app::{
+    job_list::{Cursor, JobFilter, JobPage, ListQuery, PageAt, StatusCount, id_prefix},
+    model::{JobStatus, JobView},
+};
+use sqlx::{PgConnection, PgPool, Postgres, QueryBuilder};
+use uuid::Uuid;
+
+use super::{job_counts, jobs};
+use crate::auth::Sees;
+
+/// Counts for filters without counters stop here ("1,000+").
+pub const COUNT_CAP: i64 = 1000;
+
+/// Whose jobs a request lists: the reader's scope and the filter's owner together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owners {
+    Any,
+    Only(Uuid),
+    /// The filter names someone the reader cannot see, or no one: an empty list.
+    Nobody,
+}
+
+impl Owners {
+    /// What `sees` and the filter's owner (an email or an id) leave.
+    pub async fn resolve(pool: &PgPool, sees: Sees, owner: Option<&str>) -> sqlx::Result<Self> {
+        let named = match owner {
+            None => None,
+            Some(text) => match Uuid::try_parse(text) {
+                Ok(id) => Some(Some(id)),
+                Err(_) => Some(
+                    sqlx::query_scalar!("select id from users where email = $1", text)
+                        .fetch_optional(pool)
+                        .await?,
+                ),
+            },
+        };
+        Ok(match (sees, named) {
+            (Sees::Nothing, _) | (_, Some(None)) => Self::Nobody,
+            (Sees::Everything, None) => Self::Any,
+            (Sees::Everything, Some(Some(id))) => Self::Only(id),
+            (Sees::OwnedBy(me), None) => Self::Only(me),
+            (Sees::OwnedBy(me), Some(Some(id))) if id == me => Self::Only(me),
+            (Sees::OwnedBy(_), Some(Some(_))) => Self::Nobody,
+        })
+    }
+}
+
+/// One page of the list, with the counts per status.
+pub async fn page(pool: &PgPool, owners: Owners, query: &ListQuery) -> sqlx::Result<JobPage> {
+    let counts = counts(pool, owners, &query.filter).await?;
+    if owners == Owners::Nobody {
+        return Ok(JobPage {
+            jobs: Vec::new(),
+            older: None,
+            newer: None,
+            counts,
+        });
+    }
+    let limit = query.limit;
+    let mut ids = page_ids(pool, owners, query).await?;
+    let mut newer = None;
+    let mut older = None;
+    match query.at {
+        PageAt::Newest | PageAt::Before(_) => {
+            if ids.len() as i64 > limit {
+                ids.truncate(limit as usize);
+                older = ids.last().copied();
+            }
+            if let PageAt::Before(at) = query.at {
+                newer = Some(ids.first().copied().unwrap_or(at));
+            }
+        }
+        PageAt::After(at) => {
+            if ids.len() as i64 <= limit {
+                // Back at the top: the first page, full, rather than its last few jobs.
+                return Box::pin(page(pool, owners, &query.at(PageAt::Newest))).await;
+            }
+            ids.truncate(limit as usize);
+            ids.reverse();
+            newer = ids.first().copied();
+            older = Some(ids.last().copied().unwrap_or(at));
+        }
+    }
+    let id_list: Vec<Uuid> = ids.iter().map(|c| c.id).collect();
+    let mut jobs = jobs::find_many(pool, &id_list, Sees::Everything).await?;
+    jobs.sort_by_key(|job| std::cmp::Reverse((job.created_at, job.id)));
+    Ok(JobPage {
+        jobs,
+        older,
+        newer,
+        counts,
+    })
+}
+
+/// The newest jobs of `owners` the filter selects, for a live list's resync.
+pub async fn newest(
+    pool: &PgPool,
+    owners: Owners,
+    filter: &JobFilter,
+    limit: i64,
+) -> sqlx::Result<Vec<JobView>> {
+    let query = ListQuery {
+        filter: filter.clone(),
+        at: PageAt::Newest,
+        limit,
+    };
+    Ok(page(pool, owners, &query).await?.jobs)
+}
+
+/// Up to `limit + 1` places of the page (one more tells whether the list goes on), in the
+/// direction of travel: newest first, or oldest first for [`PageAt::After`].
+async fn page_ids(pool: &PgPool, owners: Owners, query: &ListQuery) -> sqlx::Result<Vec<Cursor>> {
+    let mut sql = QueryBuilder::new("select j.created_at, j.id from jobs j where true");
+    push_filter(&mut sql, owners, &query.filter, &query.filter.statuses);
+    let ascending = match query.at {
+        PageAt::Newest => false,
+        PageAt::Before(at) => {
+            push_place(&mut sql, "<", at);
+            false
+        }
+        PageAt::After(at) => {
+            push_place(&mut sql, ">", at);
+            true
+        }
+    };
+    sql.push(if ascending {
+        " order by j.created_at, j.id limit "
+    } else {
+        " order by j.created_at desc, j.id desc limit "
+    });
+    sql.push_bind(query.limit + 1);
+    let rows: Vec<(chrono::DateTime<chrono::Utc>, Uuid)> =
+        sql.build_query_as().fetch_all(pool).await?;
+    Ok(rows
+        .into_iter()
+        .map(|(created_at, id)| Cursor { created_at, id })
+        .collect())
+}
+
+/// The counts shown above the list: exact from the counters when only owner and kind narrow
+/// the filter, else counted per status up to [`COUNT_CAP`].
+pub async fn counts(
+    pool: &PgPool,
+    owners: Owners,
+    filter: &JobFilter,
+) -> sqlx::Result<Vec<StatusCount>> {
+    let owner = match owners {
+        Owners::Nobody => {
+            return Ok(JobStatus::ALL
+                .into_iter()
+                .map(|status| StatusCount {
+                    status,
+                    count: 0,
+                    or_more: false,
+                })
+                .collect());
+        }
+        Owners::Any => None,
+        Owners::Only(id) => Some(id),
+    };
+    if filter.is_counted() {
+        return job_counts::exact(pool, owner, &filter.kinds).await;
+    }
+    let mut sql = QueryBuilder::new(
+        "select s.status, (select count(*) from (select 1 from jobs j where j.status = s.status",
+    );
+    push_filter(&mut sql, owners, filter, &[]);
+    sql.push(" limit ");
+    sql.push_bind(COUNT_CAP + 1);
+    sql.push(") x) from unnest(");
+    sql.push_bind(&JobStatus::ALL[..]);
+    sql.push(") with ordinality as s(status, n) order by s.n");
+    let rows: Vec<(JobStatus, i64)> = sql.build_query_as().fetch_all(pool).await?;
+    Ok(rows
+        .into_iter()
+        .map(|(status, count)| StatusCount {
+            status,
+            count: count.min(COUNT_CAP),
+            or_more: count > COUNT_CAP,
+        })
+        .collect())
+}
+
+/// How many jobs of `owners` the filter selects now (for a bulk action's confirmation).
+pub async fn count_matching(
+    pool: &PgPool,
+    owners: Owners,
+    filter: &JobFilter,
+) -> sqlx::Result<i64> {
+    if owners == Owners::Nobody {
+        return Ok(0);
+    }
+    if filter.is_counted() {
+        let owner = match owners {
+            Owners::Only(id) => Some(id),
+            _ => None,
+        };
+        let counts = job_counts::exact(pool, owner, &filter.kinds).await?;
+        return Ok(counts
+            .iter()
+            .filter(|c| filter.statuses.is_empty() || filter.statuses.contains(&c.status))
+            .map(|c| c.count)
+            .sum());
+    }
+    let mut sql = QueryBuilder::new("select count(*) from jobs j where true");
+    push_filter(&mut sql, owners, filter, &filter.statuses);
+    sql.build_query_scalar().fetch_one(pool).await
+}
+
+/// The next `limit` jobs the filter selects, after `after` in list order (oldest first, so jobs
+/// created meanwhile come last and are not skipped by a bulk action working through them).
+pub async fn matching_ids(
+    conn: &mut PgConnection,
+    owners: Owners,
+    filter: &JobFilter,
+    after: Option<Cursor>,
+    limit: i64,
+) -> sqlx::Result<Vec<Cursor>> {
+    if owners == Owners::Nobody {
+        return Ok(Vec::new());
+    }
+    let mut sql = QueryBuilder::new("select j.created_at, j.id from jobs j where true");
+    push_filter(&mut sql, owners, filter, &filter.statuses);
+    if let Some(after) = after {
+        push_place(&mut sql, ">", after);
+    }
+    sql.push(" order by j.created_at, j.id limit ");
+    sql.push_bind(limit);
+    let rows: Vec<(chrono::DateTime<chrono::Utc>, Uuid)> =
+        sql.build_query_as().fetch_all(conn).await?;
+    Ok(rows
+        .into_iter()
+        .map(|(created_at, id)| Cursor { created_at, id })
+        .collect())
+}
+
+/// `and (j.created_at, j.id) <op> (at)`.
+fn push_place(sql: &mut QueryBuilder<Postgres>, op: &str, at: Cursor) {
+    sql.push(" and (j.created_at, j.id) ")
+        .push(op)
+        .push(" (")
+        .push_bind(at.created_at)
+        .push(", ")
+        .push_bind(at.id)
+        .push(")");
+}
+
+/// ` and …` for each condition of the filter (with `statuses` for its statuses) and the owner.
+fn push_filter(
+    sql: &mut QueryBuilder<Postgres>,
+    owners: Owners,
+    filter: &JobFilter,
+    statuses: &[JobStatus],
+) {
+    if let Owners::Only(owner) = owners {
+        sql.push(" and j.owner = ").push_bind(owner);
+    }
+    if !statuses.is_empty() {
+        sql.push(" and j.status = any(")
+            .push_bind(statuses)
+            .push(")");
+    }
+    if !filter.kinds.is_empty() {
+        sql.push(" and j.kind = any(")
+            .push_bind(&filter.kinds[..])
+            .push(")");
+    }
+    if let Some(dataset) = &filter.dataset {
+        sql.push(" and j.dataset_id in (select id from datasets where name = ")
+            .push_bind(dataset)
+            .push(")");
+    }
+    if let Some(from) = filter.created_from {
+        sql.push(" and j.created_at >= ").push_bind(from);
+    }
+    if let Some(to) = filter.created_to {
+        sql.push(" and j.created_at < ").push_bind(to);
+    }
+    if filter.with_row_errors {
+        sql.push(" and j.rows_failed > 0");
+    }
+    if let Some(search) = &filter.search {
+        let pattern = format!("%{}%", escape_like(search));
+        sql.push(" and (j.source_filename ilike ")
+            .push_bind(pattern.clone())
+            .push(" or j.dataset_id in (select id from datasets where name ilike ")
+            .push_bind(pattern)
+            .push(")");
+        if let Some((low, high)) = id_prefix(search).and_then(|prefix| id_range(&prefix)) {
+            sql.push(" or j.id between ")
+                .push_bind(low)
+                .push(" and ")
+                .push_bind(high);
+        }
+        sql.push(")");
+    }
+}
+
+/// `text` matched literally by `LIKE` (whose escape character is `\`).
+fn escape_like(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The first and last ids starting with these hex digits.
+fn id_range(prefix: &str) -> Option<(Uuid, Uuid)> {
+    let pad = |digit: char| {
+        let mut hex = prefix.to_owned();
+        hex.extend(std::iter::repeat_n(digit, 32 - prefix.len()));
+        Uuid::try_parse(&hex).ok()
+    };
+    Some((pad('0')?, pad('f')?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn like_patterns_match_literally() {
+        assert_eq!(escape_like(r"50%_a\b"), r"50\%\_a\\b");
+    }
+
+    #[test]
+    fn an_id_prefix_is_a_range() {
+        let (low, high) = id_range("0193a").unwrap();
+        assert_eq!(low.simple().to_string(), format!("0193a{}", "0".repeat(27)));
+        assert_eq!(
+            high.simple().to_string(),
+            format!("0193a{}", "f".repeat(27))
+        );
+    }
+}
