@@ -90,4 +90,3 @@ create table audit_log (
     changed bigint not null default 0,
     finished_at timestamptz
 );
-create index audit_log_newest on audit_log (at desc, id desc);

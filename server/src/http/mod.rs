@@ -8,6 +8,7 @@
 //! Around every route: `defences` (host names, cross-site writes, headers) and `identity`.
 
 mod account;
+mod bulk;
 mod datasets;
 mod defences;
 mod disposition;
@@ -152,6 +153,8 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
         Endpoint::new(post.clone(), "/api/jobs", Anyone, jobs::create),
         Endpoint::new(get.clone(), "/api/jobs", Anyone, jobs::list),
         Endpoint::new(get.clone(), "/api/jobs/events", Anyone, events::all_jobs),
+        Endpoint::new(post.clone(), "/api/jobs/bulk", Anyone, bulk::run),
+        Endpoint::new(get.clone(), "/api/audit", Admin, bulk::log),
         Endpoint::new(get.clone(), "/api/jobs/{id}", Anyone, jobs::show),
         Endpoint::new(
             get.clone(),

@@ -63,8 +63,8 @@ async fn transition(
     // Every job changed, with its new version (a cancelled batch takes its children along).
     let this_job = |version: Option<i64>| version.map(|v| (job_id, v)).into_iter().collect();
     let changed: Vec<(Uuid, i64)> = match transition {
-        Transition::Cancel => states::job::cancel(&mut tx, job_id, acts).await?,
-        Transition::Retry { .. } => this_job(states::job::retry(&mut tx, job_id, acts).await?),
+        Transition::Cancel => states::job::cancel(&mut tx, &[job_id], acts).await?,
+        Transition::Retry { .. } => states::job::retry(&mut tx, &[job_id], acts).await?,
         Transition::Seal => this_job(states::job::seal_batch(&mut tx, job_id, acts).await?),
     };
     if changed.is_empty() {

@@ -15,6 +15,7 @@
 //!   task that assembles the file and completes the job.
 //! - Every transition sends `job_progress` in its transaction (see [`crate::store::notify`]).
 
+pub mod bulk;
 pub mod callbacks;
 pub mod chunk;
 pub mod control;

@@ -191,16 +191,25 @@ pub async fn counts(
         .collect())
 }
 
-/// How many jobs of `owners` the filter selects now (for a bulk action's confirmation).
+/// The jobs a bulk action works on: those of a filter, or these ids (with the filter's
+/// statuses and kinds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    pub ids: Option<Vec<Uuid>>,
+    pub filter: JobFilter,
+}
+
+/// How many jobs of `owners` the selection holds now (for a bulk action's confirmation).
 pub async fn count_matching(
     pool: &PgPool,
     owners: Owners,
-    filter: &JobFilter,
+    selection: &Selection,
 ) -> sqlx::Result<i64> {
+    let filter = &selection.filter;
     if owners == Owners::Nobody {
         return Ok(0);
     }
-    if filter.is_counted() {
+    if selection.ids.is_none() && filter.is_counted() {
         let owner = match owners {
             Owners::Only(id) => Some(id),
             _ => None,
@@ -213,16 +222,16 @@ pub async fn count_matching(
             .sum());
     }
     let mut sql = QueryBuilder::new("select count(*) from jobs j where true");
-    push_filter(&mut sql, owners, filter, &filter.statuses);
+    push_selection(&mut sql, owners, selection);
     sql.build_query_scalar().fetch_one(pool).await
 }
 
-/// The next `limit` jobs the filter selects, after `after` in list order (oldest first, so jobs
-/// created meanwhile come last and are not skipped by a bulk action working through them).
+/// The next `limit` jobs of the selection after `after` in list order (oldest first, so jobs
+/// created meanwhile come last).
 pub async fn matching_ids(
     conn: &mut PgConnection,
     owners: Owners,
-    filter: &JobFilter,
+    selection: &Selection,
     after: Option<Cursor>,
     limit: i64,
 ) -> sqlx::Result<Vec<Cursor>> {
@@ -230,7 +239,7 @@ pub async fn matching_ids(
         return Ok(Vec::new());
     }
     let mut sql = QueryBuilder::new("select j.created_at, j.id from jobs j where true");
-    push_filter(&mut sql, owners, filter, &filter.statuses);
+    push_selection(&mut sql, owners, selection);
     if let Some(after) = after {
         push_place(&mut sql, ">", after);
     }
@@ -242,6 +251,13 @@ pub async fn matching_ids(
         .into_iter()
         .map(|(created_at, id)| Cursor { created_at, id })
         .collect())
+}
+
+fn push_selection(sql: &mut QueryBuilder<Postgres>, owners: Owners, selection: &Selection) {
+    if let Some(ids) = &selection.ids {
+        sql.push(" and j.id = any(").push_bind(&ids[..]).push(")");
+    }
+    push_filter(sql, owners, &selection.filter, &selection.filter.statuses);
 }
 
 /// `and (j.created_at, j.id) <op> (at)`.

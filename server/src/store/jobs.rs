@@ -304,28 +304,33 @@ pub async fn find_deduped(
     .await
 }
 
-/// Whether `owner` now has more than `limit` jobs waiting or running, counted in the caller's
-/// transaction (which just made one live) after waiting for any other transaction doing the
-/// same for this owner: so racing creates cannot all pass.
+/// Whether `owner` now has more than `limit` jobs waiting or running, counted as
+/// [`active_jobs`] does.
 pub async fn over_active_limit(
     conn: &mut PgConnection,
     owner: Uuid,
     limit: i64,
 ) -> sqlx::Result<bool> {
+    Ok(active_jobs(conn, owner).await? > limit)
+}
+
+/// How many jobs `owner` has waiting or running, counted in the caller's transaction after
+/// waiting for any other transaction doing the same for this owner (and holding that place
+/// until the transaction ends): so racing creates and retries cannot all pass a limit.
+pub async fn active_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Result<i64> {
     sqlx::query!(
         "select 1 as locked from pg_advisory_xact_lock(hashtextextended('active jobs:' || $1, 0))",
         owner.to_string(),
     )
     .fetch_one(&mut *conn)
     .await?;
-    let active = sqlx::query_scalar!(
+    sqlx::query_scalar!(
         r#"select count(*) as "active!" from jobs where owner = $1 and status = any($2)"#,
         owner,
         &LIVE[..] as &[JobStatus],
     )
     .fetch_one(&mut *conn)
-    .await?;
-    Ok(active > limit)
+    .await
 }
 
 /// Whose job it is.

@@ -4,6 +4,7 @@
 //! expects, so a late or duplicated message can never move a job that has moved on. Every use
 //! of apalis's own tables is in [`queue`].
 
+pub mod audit;
 pub mod callbacks;
 pub mod chunks;
 pub mod datasets;

@@ -233,6 +233,19 @@ impl World {
                 let url = self.url(&format!("/api/jobs/{id}/retry"));
                 (response(c.post(url)).await, expect(CHANGE))
             }
+            ("POST", "/api/jobs/bulk") => {
+                // Only the jobs the caller may change are changed; a viewer may not act.
+                let id = self.waiting_job().await;
+                let body = json!({ "action": "cancel", "ids": [id] });
+                let answer = response(c.post(self.url(path)).json(&body)).await;
+                let changed = [true, false, false, true, false, false];
+                let status = [200, 200, 403, 200, 200, 200];
+                (answer, expect_seen(status, "\"changed\":1", changed))
+            }
+            ("GET", "/api/audit") => (
+                response(c.get(self.url(path))).await,
+                expect([403, 403, 403, 200, 403, 401]),
+            ),
             ("POST", "/api/jobs/{id}/seal") => {
                 let id = self.open_batch().await;
                 let url = self.url(&format!("/api/jobs/{id}/seal"));

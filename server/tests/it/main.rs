@@ -11,6 +11,7 @@ mod support;
 mod access;
 mod accounts;
 mod api_flow;
+mod bulk;
 mod datasets;
 mod defences;
 mod exactly_once;

@@ -78,19 +78,21 @@ pub async fn expire_leases(conn: &mut PgConnection, reason: &str) -> sqlx::Resul
     .await
 }
 
-/// Locks a job's chunks not `done` (if `acts` covers the job), in the order a committing chunk
-/// takes them and before its job row: a retry then cannot deadlock with a chunk's commit.
+/// Locks the chunks not `done` of the jobs of `ids` that `acts` covers, in the order a
+/// committing chunk takes them and before their job rows: a retry then cannot deadlock with a
+/// chunk's commit, nor with another retry.
 pub async fn lock_unfinished(
     conn: &mut PgConnection,
-    job_id: Uuid,
+    job_ids: &[Uuid],
     acts: Sees,
 ) -> sqlx::Result<()> {
     sqlx::query!(
-        "select 1 as locked from job_chunks where job_id = $1 and state <> $3
-             and exists (select 1 from jobs where id = $1 and ($2::uuid is null or owner = $2))
-         order by chunk_no
-         for update",
-        job_id,
+        "select 1 as locked from job_chunks c where c.job_id = any($1) and c.state <> $3
+             and exists (select 1 from jobs j where j.id = c.job_id
+                         and ($2::uuid is null or j.owner = $2))
+         order by c.job_id, c.chunk_no
+         for update of c",
+        job_ids,
         acts.owner_filter(),
         Done as ChunkState,
     )
@@ -99,13 +101,13 @@ pub async fn lock_unfinished(
     Ok(())
 }
 
-/// `failed` (or `pending`) → `pending` with fresh attempts, for a job being retried.
-pub async fn reopen_unfinished(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<()> {
+/// `failed` (or `pending`) → `pending` with fresh attempts, for jobs being retried.
+pub async fn reopen_unfinished(conn: &mut PgConnection, job_ids: &[Uuid]) -> sqlx::Result<()> {
     sqlx::query!(
         "update job_chunks set state = $2, attempts = 0, run_after = now(),
              last_error = null, lease_owner = null, lease_expires_at = null
-         where job_id = $1 and state <> $3",
-        job_id,
+         where job_id = any($1) and state <> $3",
+        job_ids,
         Pending as ChunkState,
         Done as ChunkState,
     )

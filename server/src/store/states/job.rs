@@ -235,22 +235,24 @@ pub async fn complete_export(
     .await
 }
 
-/// `waiting`/`running` → `cancelled`, with a batch's live children, if `acts` covers the job.
-/// Every job cancelled, with its new version; none when the job had ended.
+/// `waiting`/`running` → `cancelled`, for each of `ids` that `acts` covers, with the live
+/// children of those that are batches. Every job cancelled, with its new version; none when
+/// they had all ended.
 pub async fn cancel(
     conn: &mut PgConnection,
-    id: Uuid,
+    ids: &[Uuid],
     acts: Sees,
 ) -> sqlx::Result<Vec<(Uuid, i64)>> {
+    lock_in_order(conn, ids, true).await?;
     let cancelled = sqlx::query!(
         "update jobs set status = $3, finished_at = now(), version = version + 1
          where status = any($4)
-           and (id = $1 and ($2::uuid is null or owner = $2)
-                or parent_id = $1 and exists (
-                    select 1 from jobs p where p.id = $1 and p.status = any($4)
+           and (id = any($1) and ($2::uuid is null or owner = $2)
+                or parent_id = any($1) and exists (
+                    select 1 from jobs p where p.id = jobs.parent_id and p.status = any($4)
                         and ($2::uuid is null or p.owner = $2)))
          returning id, version",
-        id,
+        ids,
         acts.owner_filter(),
         Cancelled as JobStatus,
         &LIVE[..] as &[JobStatus],
@@ -263,33 +265,54 @@ pub async fn cancel(
         .collect())
 }
 
-/// `failed`/`cancelled` → `waiting` (a job whose items are still kept; not a batch): what it had
-/// not done (its failed and pending chunks, or its plan) gets fresh attempts, and re-queueing
-/// queues them. Rows already written stay. `None` also when `acts` does not cover it.
-pub async fn retry(conn: &mut PgConnection, id: Uuid, acts: Sees) -> sqlx::Result<Option<i64>> {
-    chunk::lock_unfinished(conn, id, acts).await?;
+/// `failed`/`cancelled` → `waiting`, for each of `ids` that `acts` covers whose items are still
+/// kept (not a batch): what it had not done (its failed and pending chunks, or its plan) gets
+/// fresh attempts, and re-queueing queues them. Rows already written stay. Every job retried,
+/// with its new version.
+pub async fn retry(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+    acts: Sees,
+) -> sqlx::Result<Vec<(Uuid, i64)>> {
+    chunk::lock_unfinished(conn, ids, acts).await?;
+    lock_in_order(conn, ids, false).await?;
     // Back to `waiting`: it starts again only when no earlier job with its serialize key is
     // live, and its plan step (which starts a planned job at once) goes first.
-    let version: Option<i64> = sqlx::query_scalar!(
+    let retried = sqlx::query!(
         "update jobs set status = $3,
              error = null, finished_at = null, chunks_failed = 0, attempts = 0,
              run_after = now(), last_error = null, lease_owner = null, lease_expires_at = null,
              version = version + 1
-         where id = $1 and status = any($4) and items_pruned_at is null
+         where id = any($1) and status = any($4) and items_pruned_at is null
            and kind <> $5 and ($2::uuid is null or owner = $2)
-         returning version",
-        id,
+         returning id, version",
+        ids,
         acts.owner_filter(),
         Waiting as JobStatus,
         &[Failed, Cancelled] as &[JobStatus],
         JobKind::Batch as JobKind,
     )
-    .fetch_optional(&mut *conn)
+    .fetch_all(&mut *conn)
     .await?;
-    if version.is_some() {
-        chunk::reopen_unfinished(conn, id).await?;
-    }
-    Ok(version)
+    let retried: Vec<(Uuid, i64)> = retried.into_iter().map(|j| (j.id, j.version)).collect();
+    let ids: Vec<Uuid> = retried.iter().map(|(id, _)| *id).collect();
+    chunk::reopen_unfinished(conn, &ids).await?;
+    Ok(retried)
+}
+
+/// Locks the rows of `ids` (and with `children`, of their children) in id order, so that two
+/// transactions changing overlapping sets of jobs wait for each other rather than deadlock.
+/// A chunk's commit locks its chunk and then its job: callers that lock chunks do so first.
+async fn lock_in_order(conn: &mut PgConnection, ids: &[Uuid], children: bool) -> sqlx::Result<()> {
+    sqlx::query!(
+        "select 1 as locked from jobs where id = any($1) or $2 and parent_id = any($1)
+         order by id for update",
+        ids,
+        children,
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(())
 }
 
 /// A `running` batch takes no more children; `None` also when `acts` does not cover it.

@@ -1,0 +1,159 @@
+//! Bulk actions: cancel or retry every selected job (chosen rows, or every job a filter of the
+//! list selects), set-based, [`BATCH`] jobs per transaction, each batch the same transitions
+//! (`store::states::job`) one job's cancel or retry makes, with its notifications, and its count
+//! added to the action's audit log entry in the same transaction.
+//!
+//! Each transition names the state it expects, so a job that moved on after it was selected (a
+//! failed job retried by someone else that then completed) is left alone. The action covers the
+//! jobs created before it began: it walks them oldest first and stops at its start.
+//!
+//! People acting on their own jobs are held to their limit of live jobs: a retry goes on while
+//! it leaves room and reports where it stopped. Admins are not: they act for the operation.
+
+use app::{
+    bulk::{BulkAction, BulkOutcome},
+    job_list::JobFilter,
+};
+use chrono::Utc;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::{
+    auth::Sees,
+    store::{
+        audit,
+        job_list::{self, Owners, Selection},
+        jobs, notify, states,
+    },
+};
+
+/// Jobs changed per transaction.
+pub const BATCH: i64 = 500;
+
+/// The selection narrowed to the jobs `action` applies to, and to those created by now.
+pub fn applicable(action: BulkAction, ids: Option<Vec<Uuid>>, filter: JobFilter) -> Selection {
+    let mut filter = filter;
+    filter.statuses = narrowed(&filter.statuses, action.applies_to());
+    filter.kinds = narrowed(&filter.kinds, action.applies_to_kinds());
+    let now = Utc::now();
+    filter.created_to = Some(filter.created_to.map_or(now, |to| to.min(now)));
+    Selection { ids, filter }
+}
+
+/// The items of `asked` (every one when empty) that are also in `allowed`. Empty when none of
+/// them is: [`may_match`] then says the selection holds nothing (an empty list in a filter
+/// means "any").
+fn narrowed<T: Copy + PartialEq>(asked: &[T], allowed: &[T]) -> Vec<T> {
+    if asked.is_empty() {
+        return allowed.to_vec();
+    }
+    asked
+        .iter()
+        .copied()
+        .filter(|t| allowed.contains(t))
+        .collect()
+}
+
+/// Whether the selection can hold any job at all.
+fn may_match(selection: &Selection) -> bool {
+    !selection.filter.statuses.is_empty() && !selection.filter.kinds.is_empty()
+}
+
+/// How many jobs the action would apply to now.
+pub async fn preview(pool: &PgPool, owners: Owners, selection: &Selection) -> sqlx::Result<i64> {
+    if !may_match(selection) {
+        return Ok(0);
+    }
+    job_list::count_matching(pool, owners, selection).await
+}
+
+/// Who acts, and under which limit.
+#[derive(Debug, Clone, Copy)]
+pub struct Actor {
+    pub id: Uuid,
+    pub acts: Sees,
+    /// The most live jobs an owner acting on their own jobs may have (`None`: not held to it).
+    pub limit: Option<i64>,
+}
+
+/// Runs the action over the selection; `selection_asked` is recorded in the audit log as asked.
+pub async fn run(
+    pool: &PgPool,
+    actor: Actor,
+    owners: Owners,
+    action: BulkAction,
+    selection: Selection,
+    selection_asked: serde_json::Value,
+) -> sqlx::Result<BulkOutcome> {
+    let matched = preview(pool, owners, &selection).await?;
+    let audit_id = audit::begin(pool, actor.id, action, &selection_asked, matched).await?;
+    let mut outcome = BulkOutcome {
+        action,
+        matched,
+        changed: 0,
+        audit_id: Some(audit_id),
+        stopped_at_limit: None,
+    };
+    let mut after = None;
+    while may_match(&selection) {
+        let mut tx = pool.begin().await?;
+        let mut batch = BATCH;
+        if let (BulkAction::Retry, Some(limit), Sees::OwnedBy(owner)) =
+            (action, actor.limit, actor.acts)
+        {
+            // Held until the batch commits, so no create or retry of theirs slips in between.
+            batch = batch.min(limit - jobs::active_jobs(&mut tx, owner).await?);
+            if batch <= 0 {
+                outcome.stopped_at_limit = Some(limit);
+                break;
+            }
+        }
+        let places = job_list::matching_ids(&mut tx, owners, &selection, after, batch).await?;
+        let Some(last) = places.last() else {
+            break;
+        };
+        after = Some(*last);
+        let ids: Vec<Uuid> = places.iter().map(|place| place.id).collect();
+        let changed = match action {
+            BulkAction::Cancel => states::job::cancel(&mut tx, &ids, actor.acts).await?,
+            BulkAction::Retry => states::job::retry(&mut tx, &ids, actor.acts).await?,
+        };
+        for &(id, version) in &changed {
+            notify::job_changed(&mut tx, id, version).await?;
+        }
+        audit::add_changed(&mut tx, audit_id, changed.len() as i64).await?;
+        tx.commit().await?;
+        outcome.changed += changed.len() as i64;
+        if (places.len() as i64) < batch {
+            break;
+        }
+    }
+    audit::finish(pool, audit_id).await?;
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use app::model::{JobKind, JobStatus};
+
+    use super::*;
+
+    #[test]
+    fn a_selection_keeps_only_what_the_action_applies_to() {
+        let filter = JobFilter {
+            statuses: vec![JobStatus::Failed, JobStatus::Completed],
+            kinds: vec![JobKind::Batch],
+            ..JobFilter::default()
+        };
+        let selection = applicable(BulkAction::Retry, None, filter);
+        assert_eq!(selection.filter.statuses, [JobStatus::Failed]);
+        assert!(selection.filter.kinds.is_empty());
+        assert!(!may_match(&selection));
+        let selection = applicable(BulkAction::Cancel, None, JobFilter::default());
+        assert_eq!(
+            selection.filter.statuses,
+            [JobStatus::Waiting, JobStatus::Running]
+        );
+        assert!(selection.filter.created_to.is_some());
+    }
+}
