@@ -16,7 +16,7 @@ use uuid::Uuid;
 use crate::auth::Me;
 use crate::{
     auth::{SessionView, TokenView, UserView},
-    job_list::{JobPage, ListQuery},
+    job_list::JobPage,
     model::{DatasetView, JobView},
 };
 
@@ -31,7 +31,11 @@ pub trait PageData: Send + Sync {
     /// One job, or `None` when no job the reader may see has that id.
     async fn job(&self, me: Option<&Me>, id: Uuid) -> Result<Option<JobView>, String>;
     /// A page of the jobs the reader may see that the query selects.
-    async fn job_page(&self, me: Option<&Me>, query: &ListQuery) -> Result<JobPage, String>;
+    async fn job_page(
+        &self,
+        me: Option<&Me>,
+        query: &crate::job_list::ListQuery,
+    ) -> Result<JobPage, String>;
     /// Every dataset the reader may see, by name.
     async fn datasets(&self, me: Option<&Me>) -> Result<Vec<DatasetView>, String>;
     /// A dataset (the reader's own, or `owner`'s when the reader may see theirs) and its first
@@ -87,7 +91,7 @@ pub async fn get_job(id: Uuid) -> Result<Option<JobView>, ServerFnError> {
 /// A page of the job list, for the query string of the `/jobs` page's URL.
 #[server(prefix = "/rpc", endpoint = "jobs")]
 pub async fn list_jobs(query: String) -> Result<JobPage, ServerFnError> {
-    let query = ListQuery::from_query_string(&query)
+    let query = crate::job_list::ListQuery::from_query_string(&query)
         .map_err(|message| refuse(http::StatusCode::BAD_REQUEST, &message))?;
     store()?
         .job_page(reader().as_ref(), &query)

@@ -9,7 +9,7 @@
 
 use std::{fmt, str::FromStr};
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, FixedOffset, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -142,11 +142,14 @@ impl Default for ListQuery {
 
 impl ListQuery {
     /// Reads a query string's pairs; unknown names are ignored, a bad value is an error that
-    /// names it.
+    /// names it. `status` and `type` may repeat (a form's checkboxes) or list words with
+    /// commas. A date in `from`/`to` is a day in the time zone `tz` (minutes east of UTC, as
+    /// the page's form sends it; UTC without it).
     pub fn parse<K: AsRef<str>, V: AsRef<str>>(
         pairs: impl IntoIterator<Item = (K, V)>,
     ) -> Result<Self, String> {
         let mut query = Self::default();
+        let (mut from, mut to, mut tz) = (None, None, 0);
         for (name, value) in pairs {
             let value = value.as_ref().trim();
             if value.is_empty() {
@@ -154,15 +157,22 @@ impl ListQuery {
             }
             let filter = &mut query.filter;
             match name.as_ref() {
-                "status" => filter.statuses = words(value, "status", parse_status)?,
-                "type" => filter.kinds = words(value, "type", parse_kind)?,
+                "status" => add_words(&mut filter.statuses, value, "status", parse_status)?,
+                "type" => add_words(&mut filter.kinds, value, "type", parse_kind)?,
                 "owner" => filter.owner = Some(value.to_lowercase()),
                 "dataset" => filter.dataset = Some(value.to_owned()),
-                "from" => filter.created_from = Some(instant(value, "from", false)?),
-                "to" => filter.created_to = Some(instant(value, "to", true)?),
+                "from" => from = Some(value.to_owned()),
+                "to" => to = Some(value.to_owned()),
+                "tz" => {
+                    tz = value
+                        .parse()
+                        .ok()
+                        .filter(|minutes: &i32| minutes.abs() <= 18 * 60)
+                        .ok_or("\"tz\" must be minutes east of UTC (-1080 to 1080).")?;
+                }
                 "errors" => {
                     filter.with_row_errors = match value {
-                        "1" | "true" | "yes" => true,
+                        "1" | "true" | "yes" | "on" => true,
                         "0" | "false" | "no" => false,
                         _ => return Err("\"errors\" must be 1 or 0.".into()),
                     }
@@ -187,6 +197,9 @@ impl ListQuery {
                 _ => {}
             }
         }
+        let zone = FixedOffset::east_opt(tz * 60).unwrap_or(FixedOffset::east_opt(0).unwrap());
+        query.filter.created_from = from.map(|v| instant(&v, "from", zone, false)).transpose()?;
+        query.filter.created_to = to.map(|v| instant(&v, "to", zone, true)).transpose()?;
         Ok(query)
     }
 
@@ -245,20 +258,20 @@ impl ListQuery {
     }
 }
 
-/// A comma-separated list of words, each read by `parse`.
-fn words<T: PartialEq>(
+/// Adds a comma-separated list of words, each read by `parse`, to `out` (once each).
+fn add_words<T: PartialEq>(
+    out: &mut Vec<T>,
     value: &str,
     name: &str,
     parse: fn(&str) -> Option<T>,
-) -> Result<Vec<T>, String> {
-    let mut out = Vec::new();
+) -> Result<(), String> {
     for word in value.split(',').map(str::trim).filter(|w| !w.is_empty()) {
         let item = parse(word).ok_or_else(|| format!("\"{name}\" cannot be \"{word}\"."))?;
         if !out.contains(&item) {
             out.push(item);
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 fn parse_status(word: &str) -> Option<JobStatus> {
@@ -269,8 +282,14 @@ fn parse_kind(word: &str) -> Option<JobKind> {
     JobKind::ALL.into_iter().find(|k| k.as_str() == word)
 }
 
-/// An RFC 3339 time, or a date (UTC): its start, or with `end_of_day` the start of the next.
-fn instant(value: &str, name: &str, end_of_day: bool) -> Result<DateTime<Utc>, String> {
+/// An RFC 3339 time, or a date in `zone`: its start, or with `end_of_day` the start of the
+/// next.
+fn instant(
+    value: &str,
+    name: &str,
+    zone: FixedOffset,
+    end_of_day: bool,
+) -> Result<DateTime<Utc>, String> {
     // A `+` offset that reached us unencoded was read as a space.
     if let Ok(time) = DateTime::parse_from_rfc3339(&value.replace(' ', "+")) {
         return Ok(time.with_timezone(&Utc));
@@ -285,7 +304,8 @@ fn instant(value: &str, name: &str, end_of_day: bool) -> Result<DateTime<Utc>, S
             }
         })
         .and_then(|date| date.and_hms_opt(0, 0, 0))
-        .map(|time| time.and_utc())
+        .and_then(|time| time.and_local_timezone(zone).single())
+        .map(|time| time.with_timezone(&Utc))
         .ok_or_else(|| {
             format!("\"{name}\" must be a date (2026-11-23) or a time (2026-11-23T09:30:00Z).")
         })
@@ -391,6 +411,22 @@ mod tests {
         assert_eq!(
             ListQuery::from_query_string(&query.to_query_string()),
             Ok(query)
+        );
+    }
+
+    #[test]
+    fn repeated_words_add_up_and_dates_are_days_in_the_given_zone() {
+        let query = ListQuery::from_query_string(
+            "status=failed&status=running,failed&from=2026-11-23&tz=60",
+        )
+        .unwrap();
+        assert_eq!(
+            query.filter.statuses,
+            [JobStatus::Failed, JobStatus::Running]
+        );
+        assert_eq!(
+            query.filter.created_from.unwrap().to_rfc3339(),
+            "2026-11-22T23:00:00+00:00"
         );
     }
 

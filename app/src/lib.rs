@@ -9,6 +9,7 @@
 //! - [`data`]: server functions the pages load their first state with, over [`data::PageData`].
 //! - [`live`]: the browser side of the server-sent event streams.
 //! - [`session`]: who is signed in, as every page reads it.
+//! - [`zone`]: times in the reader's time zone.
 //! - [`pages`]: one module per page.
 
 pub mod api;
@@ -20,6 +21,7 @@ pub mod live;
 pub mod model;
 pub mod pages;
 pub mod session;
+pub mod zone;
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
@@ -54,8 +56,10 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 pub fn App() -> impl IntoView {
     provide_meta_context();
     let session = session::Session::provide();
+    let zone = zone::Zone::provide();
     // Effects run only in the browser, after hydration: tests and people can tell the page is live.
-    Effect::new(|_| {
+    Effect::new(move |_| {
+        zone.learn();
         if let Some(body) = document().body() {
             let _ = body.set_attribute("data-hydrated", "true");
         }

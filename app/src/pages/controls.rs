@@ -20,6 +20,10 @@ pub fn JobControls(
     /// Batches are not retried (their children are).
     #[prop(optional)]
     batch: bool,
+    /// What the job is ("Import of people.csv"): in a list of jobs, each button is named for
+    /// its job.
+    #[prop(optional, into)]
+    name: Option<String>,
     /// Called with the job as the server answered.
     on_changed: Callback<JobView>,
 ) -> impl IntoView {
@@ -48,19 +52,21 @@ pub fn JobControls(
         })
     };
     let live = move || matches!(status.get(), JobStatus::Waiting | JobStatus::Running);
+    let label = move |verb: &str| name.as_ref().map(|name| format!("{verb} {name}"));
+    let (cancel_label, retry_label) = (label("Cancel"), label("Retry"));
     let retryable =
         move || !batch && matches!(status.get(), JobStatus::Failed | JobStatus::Cancelled);
     view! {
         <span class="controls">
             <Show when=live>
                 <button class="secondary" data-testid="cancel-job" disabled=disabled title=why
-                    on:click=act("cancel")>
+                    aria-label=cancel_label.clone() on:click=act("cancel")>
                     "Cancel"
                 </button>
             </Show>
             <Show when=retryable>
                 <button class="secondary" data-testid="retry-job" disabled=disabled title=why
-                    on:click=act("retry")>
+                    aria-label=retry_label.clone() on:click=act("retry")>
                     "Retry"
                 </button>
             </Show>

@@ -243,7 +243,10 @@ async fn a_job_that_completes_meanwhile_is_never_retried() {
     );
     assert_eq!(outcome.changed, waiting.len() as i64);
     assert_eq!(waiting.len() + completed.len(), 1800);
-    assert!(!completed.is_empty() && !waiting.is_empty(), "both sides moved jobs");
+    assert!(
+        !completed.is_empty() && !waiting.is_empty(),
+        "both sides moved jobs"
+    );
     server.stop().await;
 }
 
