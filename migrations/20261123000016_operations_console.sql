@@ -80,13 +80,17 @@ create type bulk_action as enum ('cancel', 'retry');
 create table audit_log (
     id bigint generated always as identity primary key,
     at timestamptz not null default now(),
-    actor uuid not null references users (id),
+    -- Who acted: kept as an email too, since a guest's account goes when retention removes it.
+    actor uuid references users (id) on delete set null,
+    actor_email text,
     action bulk_action not null,
-    -- {"ids": [...]} or {"filter": {...}}, as asked.
+    -- {"ids": [...]} or {"filter": "<query string>"}, as asked.
     selection jsonb not null,
     -- Jobs selected when the action began, and those it changed so far (bumped with each batch,
     -- in the batch's transaction).
     matched bigint not null,
     changed bigint not null default 0,
-    finished_at timestamptz
+    finished_at timestamptz,
+    -- Why it stopped before it was through, if it did.
+    error text
 );

@@ -62,7 +62,8 @@ pub struct BulkOutcome {
     /// Jobs selected that the action applies to, when it began.
     pub matched: i64,
     /// Jobs it changed (none for a dry run). Fewer than `matched` when some moved on
-    /// meanwhile (a job that completed is never retried) or could not be retried.
+    /// meanwhile (a job that completed is never retried) or could not be retried; more when
+    /// cancelled batches took live children along.
     pub changed: i64,
     /// The audit log entry; none for a dry run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,7 +79,8 @@ pub struct BulkOutcome {
 pub struct AuditEntry {
     pub id: i64,
     pub at: DateTime<Utc>,
-    pub actor: Uuid,
+    /// `None` once the account is gone (a guest removed by retention); the email stays.
+    pub actor: Option<Uuid>,
     pub actor_email: Option<String>,
     pub action: BulkAction,
     /// `{"ids": [...]}` or `{"filter": "<the list's query string>"}`, as asked.
@@ -87,4 +89,6 @@ pub struct AuditEntry {
     pub changed: i64,
     /// Unset while it runs (or if its process died before it was through).
     pub finished_at: Option<DateTime<Utc>>,
+    /// Why it stopped before it was through, if it did.
+    pub error: Option<String>,
 }

@@ -20,8 +20,15 @@ pub const PAGE_SIZES: [i64; 4] = [25, 50, 100, 200];
 pub const DEFAULT_LIMIT: i64 = 50;
 pub const MAX_LIMIT: i64 = 500;
 
-/// The longest search accepted.
-const MAX_SEARCH_CHARS: usize = 200;
+/// The longest search, owner or dataset accepted.
+const MAX_TEXT_CHARS: usize = 200;
+
+/// Times outside 1970–9999 name no job (and PostgreSQL's range ends sooner than chrono's).
+fn in_range(at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    (0..=253_402_300_799)
+        .contains(&at.timestamp())
+        .then_some(at)
+}
 
 /// Which jobs: every condition given must hold (an empty filter lists every job).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,6 +98,7 @@ impl FromStr for Cursor {
             .parse()
             .ok()
             .and_then(DateTime::from_timestamp_micros)
+            .and_then(in_range)
             .ok_or_else(bad)?;
         let id = Uuid::try_parse(id).map_err(|_| bad())?;
         Ok(Self { created_at, id })
@@ -156,7 +164,13 @@ impl ListQuery {
                 continue;
             }
             let filter = &mut query.filter;
-            match name.as_ref() {
+            let name = name.as_ref();
+            if matches!(name, "owner" | "dataset" | "q") && value.chars().count() > MAX_TEXT_CHARS {
+                return Err(format!(
+                    "\"{name}\" must be at most {MAX_TEXT_CHARS} characters."
+                ));
+            }
+            match name {
                 "status" => add_words(&mut filter.statuses, value, "status", parse_status)?,
                 "type" => add_words(&mut filter.kinds, value, "type", parse_kind)?,
                 "owner" => filter.owner = Some(value.to_lowercase()),
@@ -177,14 +191,7 @@ impl ListQuery {
                         _ => return Err("\"errors\" must be 1 or 0.".into()),
                     }
                 }
-                "q" => {
-                    if value.chars().count() > MAX_SEARCH_CHARS {
-                        return Err(format!(
-                            "\"q\" must be at most {MAX_SEARCH_CHARS} characters."
-                        ));
-                    }
-                    filter.search = Some(value.to_owned());
-                }
+                "q" => filter.search = Some(value.to_owned()),
                 "before" => query.at = PageAt::Before(value.parse()?),
                 "after" => query.at = PageAt::After(value.parse()?),
                 "limit" => {
@@ -438,6 +445,11 @@ mod tests {
             ("before=123", "cursor"),
             ("from=yesterday", "\"from\""),
             ("errors=maybe", "\"errors\""),
+            ("to=99999-01-01T00:00:00Z", "\"to\""),
+            (
+                "before=-1000000000000000000_0193a1b2c3d4e5f60718293a4b5c6d7e",
+                "cursor",
+            ),
         ] {
             let err = ListQuery::from_query_string(text).unwrap_err();
             assert!(err.contains(named), "{text}: {err}");

@@ -23,6 +23,9 @@ use crate::{
 /// The most ids one request may name.
 const MAX_IDS: usize = 1000;
 
+/// The longest filter accepted (it is kept in the audit log).
+const MAX_FILTER_CHARS: usize = 2000;
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BulkRequest {
@@ -56,6 +59,11 @@ pub async fn run(
             (Some(ids), JobFilter::default(), asked)
         }
         (None, Some(filter)) => {
+            if filter.len() > MAX_FILTER_CHARS {
+                return Err(ApiError::Invalid(format!(
+                    "\"filter\" must be at most {MAX_FILTER_CHARS} characters."
+                )));
+            }
             let query = ListQuery::from_query_string(&filter).map_err(ApiError::Invalid)?;
             let asked = json!({ "filter": query.at(Default::default()).to_query_string() });
             (None, query.filter, asked)

@@ -30,8 +30,9 @@ pub async fn cancel(pool: &PgPool, job_id: Uuid, acts: Sees) -> sqlx::Result<Out
     transition(pool, job_id, acts, Transition::Cancel).await
 }
 
-/// `failed`/`cancelled` → running again, for the chunks (or plan) not done, unless its owner
-/// has `limit` jobs waiting or running already.
+/// `failed`/`cancelled` → running again, for the chunks (or plan) not done, unless someone
+/// retrying their own job (`acts` is [`Sees::OwnedBy`]) has `limit` jobs waiting or running
+/// already.
 pub async fn retry(
     pool: &PgPool,
     job_id: Uuid,
@@ -60,6 +61,15 @@ async fn transition(
     transition: Transition,
 ) -> sqlx::Result<Outcome> {
     let mut tx = pool.begin().await?;
+    // Someone retrying their own job under a limit: their live jobs, counted under the lock
+    // that orders creates and retries of theirs, taken before any job row as a bulk retry
+    // takes it (so the two wait for each other rather than deadlock).
+    let held = match (&transition, acts) {
+        (Transition::Retry { limit: Some(limit) }, Sees::OwnedBy(owner)) => {
+            Some((*limit, jobs::active_jobs(&mut tx, owner).await?))
+        }
+        _ => None,
+    };
     // Every job changed, with its new version (a cancelled batch takes its children along).
     let this_job = |version: Option<i64>| version.map(|v| (job_id, v)).into_iter().collect();
     let changed: Vec<(Uuid, i64)> = match transition {
@@ -74,12 +84,11 @@ async fn transition(
             None => Outcome::NoSuchJob,
         });
     }
-    if let Transition::Retry { limit: Some(limit) } = transition {
-        let owner = jobs::owner_of(&mut tx, job_id).await?;
-        if jobs::over_active_limit(&mut tx, owner, limit).await? {
-            tx.rollback().await?;
-            return Ok(Outcome::OverLimit { limit });
-        }
+    if let Some((limit, active)) = held
+        && active + changed.len() as i64 > limit
+    {
+        tx.rollback().await?;
+        return Ok(Outcome::OverLimit { limit });
     }
     for (id, version) in changed {
         notify::job_changed(&mut tx, id, version).await?;

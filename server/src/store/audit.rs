@@ -15,7 +15,8 @@ pub async fn begin(
     matched: i64,
 ) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
-        "insert into audit_log (actor, action, selection, matched) values ($1, $2, $3, $4)
+        "insert into audit_log (actor, actor_email, action, selection, matched)
+         values ($1, (select email from users where id = $1), $2, $3, $4)
          returning id",
         actor,
         action as BulkAction,
@@ -38,10 +39,15 @@ pub async fn add_changed(conn: &mut PgConnection, id: i64, changed: i64) -> sqlx
     Ok(())
 }
 
-pub async fn finish(pool: &PgPool, id: i64) -> sqlx::Result<()> {
-    sqlx::query!("update audit_log set finished_at = now() where id = $1", id)
-        .execute(pool)
-        .await?;
+/// Marks the entry finished; with `error`, why it stopped before it was through.
+pub async fn finish(pool: &PgPool, id: i64, error: Option<&str>) -> sqlx::Result<()> {
+    sqlx::query!(
+        "update audit_log set finished_at = now(), error = $2 where id = $1",
+        id,
+        error
+    )
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -49,10 +55,10 @@ pub async fn finish(pool: &PgPool, id: i64) -> sqlx::Result<()> {
 pub async fn list(pool: &PgPool, before: Option<i64>, limit: i64) -> sqlx::Result<Vec<AuditEntry>> {
     sqlx::query_as!(
         AuditEntry,
-        r#"select a.id, a.at, a.actor, u.email as actor_email,
+        r#"select a.id, a.at, a.actor, a.actor_email,
                   a.action as "action: BulkAction", a.selection, a.matched, a.changed,
-                  a.finished_at
-           from audit_log a join users u on u.id = a.actor
+                  a.finished_at, a.error
+           from audit_log a
            where $1::int8 is null or a.id < $1
            order by a.id desc
            limit $2"#,

@@ -7,13 +7,13 @@ use app::{
     job_list::StatusCount,
     model::{JobKind, JobStatus},
 };
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 /// Jobs of `owner` (every owner: `None`) of any of `kinds` (every kind when empty), per status;
 /// every status is listed, in [`JobStatus::ALL`] order.
 pub async fn exact(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     owner: Option<Uuid>,
     kinds: &[JobKind],
 ) -> sqlx::Result<Vec<StatusCount>> {
@@ -33,7 +33,7 @@ pub async fn exact(
             owner,
             kinds as &[JobKind],
         )
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await?
         .into_iter()
         .map(|row| (row.status, row.n))
@@ -46,7 +46,7 @@ pub async fn exact(
                group by status"#,
             kinds as &[JobKind],
         )
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await?
         .into_iter()
         .map(|row| (row.status, row.n))

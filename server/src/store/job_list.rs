@@ -55,44 +55,177 @@ impl Owners {
     }
 }
 
+/// The jobs a bulk action works on: those of a filter, or these ids (with the filter's
+/// statuses and kinds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    pub ids: Option<Vec<Uuid>>,
+    pub filter: JobFilter,
+}
+
+/// A selection's conditions with what the database says first: whose jobs, and the ids of the
+/// datasets its dataset name names (so the condition is `dataset_id = $1`, which an index
+/// returns in list order, rather than a join). `None` when it can select nothing.
+struct Conditions<'a> {
+    owner: Option<Uuid>,
+    datasets: Option<Vec<Uuid>>,
+    ids: Option<&'a [Uuid]>,
+    filter: &'a JobFilter,
+}
+
+impl<'a> Conditions<'a> {
+    async fn resolve(
+        conn: &mut PgConnection,
+        owners: Owners,
+        filter: &'a JobFilter,
+        ids: Option<&'a [Uuid]>,
+    ) -> sqlx::Result<Option<Self>> {
+        let owner = match owners {
+            Owners::Nobody => return Ok(None),
+            Owners::Any => None,
+            Owners::Only(id) => Some(id),
+        };
+        let datasets = match &filter.dataset {
+            None => None,
+            Some(name) => {
+                let found = sqlx::query_scalar!(
+                    "select id from datasets where name = $1 and ($2::uuid is null or owner = $2)",
+                    name,
+                    owner,
+                )
+                .fetch_all(&mut *conn)
+                .await?;
+                if found.is_empty() {
+                    return Ok(None);
+                }
+                Some(found)
+            }
+        };
+        Ok(Some(Self {
+            owner,
+            datasets,
+            ids,
+            filter,
+        }))
+    }
+
+    /// ` and …` for each condition, with `statuses` for the statuses.
+    fn push(&self, sql: &mut QueryBuilder<Postgres>, statuses: &[JobStatus]) {
+        let filter = self.filter;
+        if let Some(ids) = self.ids {
+            sql.push(" and j.id = any(").push_bind(ids).push(")");
+        }
+        if let Some(owner) = self.owner {
+            sql.push(" and j.owner = ").push_bind(owner);
+        }
+        // One value as `=`: an index on (column, created_at) then gives rows in list order,
+        // which `= any(…)` does not on PostgreSQL 15.
+        match statuses {
+            [] => {}
+            [status] => {
+                sql.push(" and j.status = ").push_bind(*status);
+            }
+            _ => {
+                sql.push(" and j.status = any(")
+                    .push_bind(statuses)
+                    .push(")");
+            }
+        }
+        match &filter.kinds[..] {
+            [] => {}
+            [kind] => {
+                sql.push(" and j.kind = ").push_bind(*kind);
+            }
+            kinds => {
+                sql.push(" and j.kind = any(").push_bind(kinds).push(")");
+            }
+        }
+        match self.datasets.as_deref() {
+            None => {}
+            Some([dataset]) => {
+                sql.push(" and j.dataset_id = ").push_bind(*dataset);
+            }
+            Some(datasets) => {
+                sql.push(" and j.dataset_id = any(")
+                    .push_bind(datasets)
+                    .push(")");
+            }
+        }
+        if let Some(from) = filter.created_from {
+            sql.push(" and j.created_at >= ").push_bind(from);
+        }
+        if let Some(to) = filter.created_to {
+            sql.push(" and j.created_at < ").push_bind(to);
+        }
+        if filter.with_row_errors {
+            sql.push(" and j.rows_failed > 0");
+        }
+        if let Some(search) = &filter.search {
+            // Each branch can use its own index (trigram, trigram on datasets, primary key),
+            // combined by a bitmap OR; the datasets' ids are read once (an init plan).
+            let pattern = format!("%{}%", escape_like(search));
+            sql.push(" and (j.source_filename ilike ")
+                .push_bind(pattern.clone())
+                .push(" or j.dataset_id = any(array(select id from datasets where name ilike ")
+                .push_bind(pattern)
+                .push("))");
+            if let Some((low, high)) = id_prefix(search).and_then(|prefix| id_range(&prefix)) {
+                sql.push(" or j.id between ")
+                    .push_bind(low)
+                    .push(" and ")
+                    .push_bind(high);
+            }
+            sql.push(")");
+        }
+    }
+}
+
 /// One page of the list, with the counts per status.
 pub async fn page(pool: &PgPool, owners: Owners, query: &ListQuery) -> sqlx::Result<JobPage> {
-    let counts = counts(pool, owners, &query.filter).await?;
-    if owners == Owners::Nobody {
+    let mut conn = pool.acquire().await?;
+    let conditions = Conditions::resolve(&mut conn, owners, &query.filter, None).await?;
+    let counts = counts(&mut conn, owners, conditions.as_ref()).await?;
+    let Some(conditions) = conditions else {
         return Ok(JobPage {
             jobs: Vec::new(),
             older: None,
             newer: None,
             counts,
         });
-    }
+    };
     let limit = query.limit;
-    let mut ids = page_ids(pool, owners, query).await?;
+    let mut places = page_places(&mut conn, &conditions, query.at, limit).await?;
     let mut newer = None;
     let mut older = None;
     match query.at {
         PageAt::Newest | PageAt::Before(_) => {
-            if ids.len() as i64 > limit {
-                ids.truncate(limit as usize);
-                older = ids.last().copied();
+            if places.len() as i64 > limit {
+                places.truncate(limit as usize);
+                older = places.last().copied();
             }
             if let PageAt::Before(at) = query.at {
-                newer = Some(ids.first().copied().unwrap_or(at));
+                newer = Some(places.first().copied().unwrap_or(at));
             }
         }
         PageAt::After(at) => {
-            if ids.len() as i64 <= limit {
+            if places.len() as i64 <= limit {
                 // Back at the top: the first page, full, rather than its last few jobs.
-                return Box::pin(page(pool, owners, &query.at(PageAt::Newest))).await;
+                places = page_places(&mut conn, &conditions, PageAt::Newest, limit).await?;
+                if places.len() as i64 > limit {
+                    places.truncate(limit as usize);
+                    older = places.last().copied();
+                }
+            } else {
+                places.truncate(limit as usize);
+                places.reverse();
+                newer = places.first().copied();
+                older = Some(places.last().copied().unwrap_or(at));
             }
-            ids.truncate(limit as usize);
-            ids.reverse();
-            newer = ids.first().copied();
-            older = Some(ids.last().copied().unwrap_or(at));
         }
     }
-    let id_list: Vec<Uuid> = ids.iter().map(|c| c.id).collect();
-    let mut jobs = jobs::find_many(pool, &id_list, Sees::Everything).await?;
+    drop(conn);
+    let ids: Vec<Uuid> = places.iter().map(|place| place.id).collect();
+    let mut jobs = jobs::find_many(pool, &ids, Sees::Everything).await?;
     jobs.sort_by_key(|job| std::cmp::Reverse((job.created_at, job.id)));
     Ok(JobPage {
         jobs,
@@ -119,10 +252,15 @@ pub async fn newest(
 
 /// Up to `limit + 1` places of the page (one more tells whether the list goes on), in the
 /// direction of travel: newest first, or oldest first for [`PageAt::After`].
-async fn page_ids(pool: &PgPool, owners: Owners, query: &ListQuery) -> sqlx::Result<Vec<Cursor>> {
+async fn page_places(
+    conn: &mut PgConnection,
+    conditions: &Conditions<'_>,
+    at: PageAt,
+    limit: i64,
+) -> sqlx::Result<Vec<Cursor>> {
     let mut sql = QueryBuilder::new("select j.created_at, j.id from jobs j where true");
-    push_filter(&mut sql, owners, &query.filter, &query.filter.statuses);
-    let ascending = match query.at {
+    conditions.push(&mut sql, &conditions.filter.statuses);
+    let ascending = match at {
         PageAt::Newest => false,
         PageAt::Before(at) => {
             push_place(&mut sql, "<", at);
@@ -138,9 +276,16 @@ async fn page_ids(pool: &PgPool, owners: Owners, query: &ListQuery) -> sqlx::Res
     } else {
         " order by j.created_at desc, j.id desc limit "
     });
-    sql.push_bind(query.limit + 1);
+    sql.push_bind(limit + 1);
+    places(sql, conn).await
+}
+
+async fn places(
+    mut sql: QueryBuilder<Postgres>,
+    conn: &mut PgConnection,
+) -> sqlx::Result<Vec<Cursor>> {
     let rows: Vec<(chrono::DateTime<chrono::Utc>, Uuid)> =
-        sql.build_query_as().fetch_all(pool).await?;
+        sql.build_query_as().fetch_all(conn).await?;
     Ok(rows
         .into_iter()
         .map(|(created_at, id)| Cursor { created_at, id })
@@ -148,39 +293,40 @@ async fn page_ids(pool: &PgPool, owners: Owners, query: &ListQuery) -> sqlx::Res
 }
 
 /// The counts shown above the list: exact from the counters when only owner and kind narrow
-/// the filter, else counted per status up to [`COUNT_CAP`].
-pub async fn counts(
-    pool: &PgPool,
+/// the filter, else counted per status up to [`COUNT_CAP`]; zeros when nothing can match.
+async fn counts(
+    conn: &mut PgConnection,
     owners: Owners,
-    filter: &JobFilter,
+    conditions: Option<&Conditions<'_>>,
 ) -> sqlx::Result<Vec<StatusCount>> {
-    let owner = match owners {
-        Owners::Nobody => {
-            return Ok(JobStatus::ALL
-                .into_iter()
-                .map(|status| StatusCount {
-                    status,
-                    count: 0,
-                    or_more: false,
-                })
-                .collect());
-        }
-        Owners::Any => None,
-        Owners::Only(id) => Some(id),
+    let Some(conditions) = conditions else {
+        return Ok(JobStatus::ALL
+            .into_iter()
+            .map(|status| StatusCount {
+                status,
+                count: 0,
+                or_more: false,
+            })
+            .collect());
     };
+    let filter = conditions.filter;
     if filter.is_counted() {
-        return job_counts::exact(pool, owner, &filter.kinds).await;
+        let owner = match owners {
+            Owners::Only(id) => Some(id),
+            _ => None,
+        };
+        return job_counts::exact(&mut *conn, owner, &filter.kinds).await;
     }
-    let mut sql = QueryBuilder::new(
+    let mut statuses = QueryBuilder::new(
         "select s.status, (select count(*) from (select 1 from jobs j where j.status = s.status",
     );
-    push_filter(&mut sql, owners, filter, &[]);
-    sql.push(" limit ");
-    sql.push_bind(COUNT_CAP + 1);
-    sql.push(") x) from unnest(");
-    sql.push_bind(&JobStatus::ALL[..]);
-    sql.push(") with ordinality as s(status, n) order by s.n");
-    let rows: Vec<(JobStatus, i64)> = sql.build_query_as().fetch_all(pool).await?;
+    conditions.push(&mut statuses, &[]);
+    statuses.push(" limit ");
+    statuses.push_bind(COUNT_CAP + 1);
+    statuses.push(") x) from unnest(");
+    statuses.push_bind(&JobStatus::ALL[..]);
+    statuses.push(") with ordinality as s(status, n) order by s.n");
+    let rows: Vec<(JobStatus, i64)> = statuses.build_query_as().fetch_all(conn).await?;
     Ok(rows
         .into_iter()
         .map(|(status, count)| StatusCount {
@@ -191,30 +337,22 @@ pub async fn counts(
         .collect())
 }
 
-/// The jobs a bulk action works on: those of a filter, or these ids (with the filter's
-/// statuses and kinds).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Selection {
-    pub ids: Option<Vec<Uuid>>,
-    pub filter: JobFilter,
-}
-
-/// How many jobs of `owners` the selection holds now (for a bulk action's confirmation).
+/// How many jobs of `owners` the selection holds now (for a bulk action's confirmation):
+/// from the counters when they cover it.
 pub async fn count_matching(
     pool: &PgPool,
     owners: Owners,
     selection: &Selection,
 ) -> sqlx::Result<i64> {
-    let filter = &selection.filter;
-    if owners == Owners::Nobody {
+    let mut conn = pool.acquire().await?;
+    let ids = selection.ids.as_deref();
+    let Some(conditions) = Conditions::resolve(&mut conn, owners, &selection.filter, ids).await?
+    else {
         return Ok(0);
-    }
-    if selection.ids.is_none() && filter.is_counted() {
-        let owner = match owners {
-            Owners::Only(id) => Some(id),
-            _ => None,
-        };
-        let counts = job_counts::exact(pool, owner, &filter.kinds).await?;
+    };
+    let filter = &selection.filter;
+    if ids.is_none() && filter.is_counted() {
+        let counts = counts(&mut conn, owners, Some(&conditions)).await?;
         return Ok(counts
             .iter()
             .filter(|c| filter.statuses.is_empty() || filter.statuses.contains(&c.status))
@@ -222,8 +360,8 @@ pub async fn count_matching(
             .sum());
     }
     let mut sql = QueryBuilder::new("select count(*) from jobs j where true");
-    push_selection(&mut sql, owners, selection);
-    sql.build_query_scalar().fetch_one(pool).await
+    conditions.push(&mut sql, &filter.statuses);
+    sql.build_query_scalar().fetch_one(&mut *conn).await
 }
 
 /// The next `limit` jobs of the selection after `after` in list order (oldest first, so jobs
@@ -235,29 +373,19 @@ pub async fn matching_ids(
     after: Option<Cursor>,
     limit: i64,
 ) -> sqlx::Result<Vec<Cursor>> {
-    if owners == Owners::Nobody {
+    let ids = selection.ids.as_deref();
+    let Some(conditions) = Conditions::resolve(&mut *conn, owners, &selection.filter, ids).await?
+    else {
         return Ok(Vec::new());
-    }
+    };
     let mut sql = QueryBuilder::new("select j.created_at, j.id from jobs j where true");
-    push_selection(&mut sql, owners, selection);
+    conditions.push(&mut sql, &selection.filter.statuses);
     if let Some(after) = after {
         push_place(&mut sql, ">", after);
     }
     sql.push(" order by j.created_at, j.id limit ");
     sql.push_bind(limit);
-    let rows: Vec<(chrono::DateTime<chrono::Utc>, Uuid)> =
-        sql.build_query_as().fetch_all(conn).await?;
-    Ok(rows
-        .into_iter()
-        .map(|(created_at, id)| Cursor { created_at, id })
-        .collect())
-}
-
-fn push_selection(sql: &mut QueryBuilder<Postgres>, owners: Owners, selection: &Selection) {
-    if let Some(ids) = &selection.ids {
-        sql.push(" and j.id = any(").push_bind(&ids[..]).push(")");
-    }
-    push_filter(sql, owners, &selection.filter, &selection.filter.statuses);
+    places(sql, conn).await
 }
 
 /// `and (j.created_at, j.id) <op> (at)`.
@@ -269,57 +397,6 @@ fn push_place(sql: &mut QueryBuilder<Postgres>, op: &str, at: Cursor) {
         .push(", ")
         .push_bind(at.id)
         .push(")");
-}
-
-/// ` and …` for each condition of the filter (with `statuses` for its statuses) and the owner.
-fn push_filter(
-    sql: &mut QueryBuilder<Postgres>,
-    owners: Owners,
-    filter: &JobFilter,
-    statuses: &[JobStatus],
-) {
-    if let Owners::Only(owner) = owners {
-        sql.push(" and j.owner = ").push_bind(owner);
-    }
-    if !statuses.is_empty() {
-        sql.push(" and j.status = any(")
-            .push_bind(statuses)
-            .push(")");
-    }
-    if !filter.kinds.is_empty() {
-        sql.push(" and j.kind = any(")
-            .push_bind(&filter.kinds[..])
-            .push(")");
-    }
-    if let Some(dataset) = &filter.dataset {
-        sql.push(" and j.dataset_id in (select id from datasets where name = ")
-            .push_bind(dataset)
-            .push(")");
-    }
-    if let Some(from) = filter.created_from {
-        sql.push(" and j.created_at >= ").push_bind(from);
-    }
-    if let Some(to) = filter.created_to {
-        sql.push(" and j.created_at < ").push_bind(to);
-    }
-    if filter.with_row_errors {
-        sql.push(" and j.rows_failed > 0");
-    }
-    if let Some(search) = &filter.search {
-        let pattern = format!("%{}%", escape_like(search));
-        sql.push(" and (j.source_filename ilike ")
-            .push_bind(pattern.clone())
-            .push(" or j.dataset_id in (select id from datasets where name ilike ")
-            .push_bind(pattern)
-            .push(")");
-        if let Some((low, high)) = id_prefix(search).and_then(|prefix| id_range(&prefix)) {
-            sql.push(" or j.id between ")
-                .push_bind(low)
-                .push(" and ")
-                .push_bind(high);
-        }
-        sql.push(")");
-    }
 }
 
 /// `text` matched literally by `LIKE` (whose escape character is `\`).

@@ -333,13 +333,6 @@ pub async fn active_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Result<i
     .await
 }
 
-/// Whose job it is.
-pub async fn owner_of(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Uuid> {
-    sqlx::query_scalar!("select owner from jobs where id = $1", id,)
-        .fetch_one(conn)
-        .await
-}
-
 /// The job with this id, if `sees` covers it.
 pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<JobView>> {
     select_view!(

@@ -22,3 +22,10 @@ pub mod sessions;
 pub mod states;
 pub mod uploads;
 pub mod users;
+
+/// The database's clock: the one `now()` stamps rows with (the processes' clocks may differ).
+pub async fn now(pool: &sqlx::PgPool) -> sqlx::Result<chrono::DateTime<chrono::Utc>> {
+    sqlx::query_scalar!(r#"select now() as "now!""#)
+        .fetch_one(pool)
+        .await
+}

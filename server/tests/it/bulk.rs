@@ -63,6 +63,7 @@ async fn a_filter_retries_only_the_jobs_it_selects_and_the_log_says_so() {
     let a_done = jobs_in(&db, a, JobStatus::Completed, JobKind::Import, 5).await;
     let a_batch = jobs_in(&db, a, JobStatus::Failed, JobKind::Batch, 2).await;
     let b_failed = jobs_in(&db, b, JobStatus::Failed, JobKind::Import, 7).await;
+    let b_waiting = jobs_in(&db, b, JobStatus::Waiting, JobKind::Import, 2).await;
 
     // The confirmation's count: the failed imports of A (a batch is not retried, its children are).
     let filter = "type=import,batch&owner=a@example.com&status=failed,completed";
@@ -124,13 +125,9 @@ async fn a_filter_retries_only_the_jobs_it_selects_and_the_log_says_so() {
     .await;
     assert_eq!((again.matched, again.changed), (0, 0));
 
-    // Cancel by ids: B's jobs are not A's to cancel.
+    // Cancel by ids: B's waiting jobs are not A's to cancel.
     let a_member = server.signed_in("a@example.com").await;
-    let mixed: Vec<Uuid> = a_failed[..3]
-        .iter()
-        .chain(&b_failed[..2])
-        .copied()
-        .collect();
+    let mixed: Vec<Uuid> = a_failed[..3].iter().chain(&b_waiting).copied().collect();
     let cancelled = bulk(
         &server,
         &a_member,
@@ -138,7 +135,7 @@ async fn a_filter_retries_only_the_jobs_it_selects_and_the_log_says_so() {
     )
     .await;
     assert_eq!((cancelled.matched, cancelled.changed), (3, 3));
-    assert_eq!(statuses(&db, &mixed).await[3..], [JobStatus::Failed; 2]);
+    assert_eq!(statuses(&db, &mixed).await[3..], [JobStatus::Waiting; 2]);
 
     // The audit log: newest first, who, what, how many; admins only.
     let log: Value = json_of(admin.get(server.url("/api/audit"))).await;
@@ -160,7 +157,11 @@ async fn a_filter_retries_only_the_jobs_it_selects_and_the_log_says_so() {
         first.selection["filter"],
         "status=failed%2Ccompleted&type=import%2Cbatch&owner=a%40example.com"
     );
-    assert!(entries.iter().all(|e| e.finished_at.is_some()));
+    assert!(
+        entries
+            .iter()
+            .all(|e| e.finished_at.is_some() && e.error.is_none())
+    );
     let refused = a_member.get(server.url("/api/audit")).send().await.unwrap();
     assert_eq!(refused.status(), StatusCode::FORBIDDEN);
 
@@ -197,21 +198,33 @@ async fn a_job_that_completes_meanwhile_is_never_retried() {
     // More than one batch, so the race has room to meet the action mid-way.
     let failed = jobs_in(&db, a, JobStatus::Failed, JobKind::Import, 1800).await;
 
-    // Meanwhile, newest first (the action goes oldest first), jobs complete elsewhere: each
-    // one only while it is still failed, as a run elsewhere would.
-    let racer = async {
-        let mut completed = Vec::new();
-        for id in failed.iter().rev() {
+    // Meanwhile, newest first (the action goes oldest first), jobs of the newer half complete
+    // elsewhere: each one only while it is still failed, as a run elsewhere would. The newest
+    // fifty complete before the action begins.
+    let complete = |id: Uuid| {
+        let pool = db.pool.clone();
+        async move {
             let moved = sqlx::query(
                 "update jobs set status = 'completed', finished_at = now(),
                      version = version + 1
                  where id = $1 and status = 'failed'",
             )
             .bind(id)
-            .execute(&db.pool)
+            .execute(&pool)
             .await
             .unwrap();
-            if moved.rows_affected() == 1 {
+            moved.rows_affected() == 1
+        }
+    };
+    let mut early = Vec::new();
+    for id in failed.iter().rev().take(50) {
+        assert!(complete(*id).await);
+        early.push(*id);
+    }
+    let racer = async {
+        let mut completed = early;
+        for id in failed.iter().rev().skip(50).take(850) {
+            if complete(*id).await {
                 completed.push(*id);
             }
         }

@@ -267,6 +267,59 @@ async fn every_filter_selects_exactly_its_jobs_for_every_role() {
 }
 
 #[tokio::test]
+async fn counts_no_counter_covers_stop_at_the_cap_and_say_so() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let people = people(&db, &server).await;
+    let people_of_a = dataset(&db, people.a, "people").await;
+    sqlx::query(
+        "insert into jobs (id, kind, owner, status, dataset_id, created_at)
+         select gen_random_uuid(), 'import', $1,
+                case when i % 2 = 0 then 'completed'::job_status else 'failed' end, $2,
+                now() - make_interval(secs => i)
+         from generate_series(1, 2101) i",
+    )
+    .bind(people.a)
+    .bind(people_of_a)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let capped = page(&people.admin, &server, "dataset=people&limit=1").await;
+    let count = |status| {
+        capped
+            .counts
+            .iter()
+            .find(|c| c.status == status)
+            .copied()
+            .unwrap()
+    };
+    assert_eq!(
+        (
+            count(JobStatus::Completed).count,
+            count(JobStatus::Completed).or_more
+        ),
+        (1000, true)
+    );
+    assert_eq!(
+        count(JobStatus::Waiting),
+        app::job_list::StatusCount {
+            status: JobStatus::Waiting,
+            count: 0,
+            or_more: false,
+        }
+    );
+    // Only owner and kind narrow it: exact, from the counters.
+    let exact = page(&people.admin, &server, "owner=a@example.com&limit=1").await;
+    let completed = exact
+        .counts
+        .iter()
+        .find(|c| c.status == JobStatus::Completed)
+        .unwrap();
+    assert_eq!((completed.count, completed.or_more), (1050, false));
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn pages_go_both_ways_across_their_boundaries() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;

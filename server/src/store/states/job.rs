@@ -243,7 +243,7 @@ pub async fn cancel(
     ids: &[Uuid],
     acts: Sees,
 ) -> sqlx::Result<Vec<(Uuid, i64)>> {
-    lock_in_order(conn, ids, true).await?;
+    lock_in_order(conn, ids, acts, true).await?;
     let cancelled = sqlx::query!(
         "update jobs set status = $3, finished_at = now(), version = version + 1
          where status = any($4)
@@ -275,7 +275,7 @@ pub async fn retry(
     acts: Sees,
 ) -> sqlx::Result<Vec<(Uuid, i64)>> {
     chunk::lock_unfinished(conn, ids, acts).await?;
-    lock_in_order(conn, ids, false).await?;
+    lock_in_order(conn, ids, acts, false).await?;
     // Back to `waiting`: it starts again only when no earlier job with its serialize key is
     // live, and its plan step (which starts a planned job at once) goes first.
     let retried = sqlx::query!(
@@ -300,15 +300,26 @@ pub async fn retry(
     Ok(retried)
 }
 
-/// Locks the rows of `ids` (and with `children`, of their children) in id order, so that two
-/// transactions changing overlapping sets of jobs wait for each other rather than deadlock.
-/// A chunk's commit locks its chunk and then its job: callers that lock chunks do so first.
-async fn lock_in_order(conn: &mut PgConnection, ids: &[Uuid], children: bool) -> sqlx::Result<()> {
+/// Locks the rows of `ids` that `acts` covers (and with `children`, the live children of those
+/// that are batches) in id order, so that two transactions changing overlapping sets of jobs
+/// wait for each other rather than deadlock. A chunk's commit locks its chunk and then its job:
+/// callers that lock chunks do so first. `for no key update` is the lock the update takes
+/// anyway, and does not hold up rows that only refer to the job.
+async fn lock_in_order(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+    acts: Sees,
+    children: bool,
+) -> sqlx::Result<()> {
     sqlx::query!(
-        "select 1 as locked from jobs where id = any($1) or $2 and parent_id = any($1)
-         order by id for update",
+        "select 1 as locked from jobs
+         where ($2::uuid is null or owner = $2)
+           and (id = any($1) or $3 and parent_id = any($1) and status = any($4))
+         order by id for no key update",
         ids,
+        acts.owner_filter(),
         children,
+        &LIVE[..] as &[JobStatus],
     )
     .fetch_all(conn)
     .await?;
