@@ -35,7 +35,7 @@ use crate::{
     config::{ServeArgs, WorkerArgs},
     http::AppState,
     jobs::Engine,
-    progress::Hub,
+    progress::{Hub, Views},
 };
 
 /// How long connections get to close once shutdown begins.
@@ -49,8 +49,10 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let leptos_options = http::leptos_options()?;
+    let hub = Hub::start(pool.clone(), shutdown.clone());
     let state = AppState {
-        hub: Hub::start(pool.clone(), shutdown.clone()),
+        views: Views::start(pool.clone(), &hub, shutdown.clone()),
+        hub,
         pool: pool.clone(),
         leptos_options,
         max_upload_bytes: args.max_upload_bytes,

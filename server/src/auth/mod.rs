@@ -37,6 +37,15 @@ impl Sees {
         }
     }
 
+    /// Whether `owner`'s things are among those covered.
+    pub fn covers(self, owner: Uuid) -> bool {
+        match self {
+            Self::Everything => true,
+            Self::OwnedBy(me) => me == owner,
+            Self::Nothing => false,
+        }
+    }
+
     /// The owner a query filters on, `None` for every owner: bound as `$n` in
     /// `($n::uuid is null or owner = $n)`. Nobody owns the nil id.
     pub fn owner_filter(self) -> Option<Uuid> {

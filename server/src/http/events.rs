@@ -63,7 +63,7 @@ fn stream(
         .map(|me| state.streams.open(me.id, state.limits.streams))
         .transpose()?;
     let sees = caller.sees();
-    let events = feed::follow(state.pool.clone(), &state.hub, scope, sees, last_version)
+    let events = feed::follow(state.pool.clone(), &state.views, scope, sees, last_version)
         .map(move |job| {
             let _held = &slot;
             to_event(job)

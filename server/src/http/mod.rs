@@ -49,7 +49,7 @@ pub use pages::{leptos_options, page_paths, rpc_paths};
 use crate::{
     auth::{Me, Role},
     config::{AuthArgs, AuthMode, LimitArgs},
-    progress::Hub,
+    progress::{Hub, Views},
 };
 use error::ApiError;
 
@@ -58,6 +58,8 @@ use error::ApiError;
 pub struct AppState {
     pub pool: PgPool,
     pub hub: Hub,
+    /// The process's one reader of changed jobs, for every event stream.
+    pub views: Views,
     pub leptos_options: LeptosOptions,
     pub max_upload_bytes: usize,
     pub auth: Arc<AuthArgs>,

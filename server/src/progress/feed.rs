@@ -1,23 +1,23 @@
-//! A stream of job states for one SSE client: the current state first, then every change,
-//! coalesced so a busy job pushes at most one state per [`COALESCE`] window, and always its
-//! latest. It subscribes before its first read, so no change falls between the two.
+//! A stream of job states for one SSE client: the current state first (its own read, once),
+//! then every change its reader may see from the process's shared reader ([`Views`]), which
+//! coalesces and reads once for every stream. It subscribes before its first read, so no change
+//! falls between the two. Behind (a lagged channel) or told to resync, it reads again what it
+//! shows.
 
-use std::{collections::HashMap, time::Duration};
+use std::collections::HashMap;
+use std::time::Duration;
 
 use app::{job_list::JobFilter, model::JobView};
 use futures::Stream;
 use sqlx::PgPool;
 use tokio::sync::{
-    broadcast::{
-        self,
-        error::{RecvError, TryRecvError},
-    },
+    broadcast::{self, error::RecvError},
     mpsc,
 };
 use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
-use super::{Change, Hub};
+use super::views::{Seen, Views};
 use crate::{
     auth::Sees,
     store::{
@@ -26,14 +26,15 @@ use crate::{
     },
 };
 
-/// The shortest time between two pushes of the same job.
-pub const COALESCE: Duration = Duration::from_millis(100);
-
 /// The wait before reading again after a failed read.
 const RETRY: Duration = Duration::from_secs(1);
 
 /// Jobs a resync of the list re-reads.
 const LIST_RESYNC: i64 = 100;
+
+/// Versions a stream remembers having sent (past this it forgets them all: the browser drops
+/// a state older than one it has, so forgetting costs at most a repeated push).
+const REMEMBERED: usize = 10_000;
 
 /// Which jobs a stream follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,31 +52,23 @@ impl Scope {
     }
 }
 
-/// What to read next.
-enum Pending {
-    Everything,
-    Jobs(Vec<Uuid>),
-}
-
 /// Job states for `scope`, of the jobs `sees` covers, starting after `last_version` (the SSE
-/// `Last-Event-ID`) when given. Every read filters on the owner in SQL, so a change to someone
-/// else's job costs a query that returns nothing and sends nothing.
+/// `Last-Event-ID`) when given.
 pub fn follow(
     pool: PgPool,
-    hub: &Hub,
+    views: &Views,
     scope: Scope,
     sees: Sees,
     last_version: Option<i64>,
 ) -> impl Stream<Item = JobView> + use<> {
-    follow_changes(pool, hub.subscribe(), scope, sees, last_version)
+    follow_seen(pool, views.subscribe(), scope, sees, last_version)
 }
 
-/// [`follow`], with the changes from `changes` (subscribed before the call): a receiver that
-/// lagged behind its channel, or a [`Change::Resync`], makes the stream read again everything it
-/// shows. Tests drive it through a channel of their own.
-pub fn follow_changes(
+/// [`follow`], with the views from `seen` (subscribed before the call). Tests drive it
+/// through a channel of their own.
+pub fn follow_seen(
     pool: PgPool,
-    mut changes: broadcast::Receiver<Change>,
+    mut seen: broadcast::Receiver<Seen>,
     scope: Scope,
     sees: Sees,
     last_version: Option<i64>,
@@ -86,9 +79,22 @@ pub fn follow_changes(
         if let (Scope::One(id), Some(version)) = (scope, last_version) {
             sent.insert(id, version);
         }
-        let mut pending = Pending::Everything;
+        let send = async |view: JobView, sent: &mut HashMap<Uuid, i64>| -> bool {
+            if sent
+                .get(&view.id)
+                .is_some_and(|&version| view.version <= version)
+            {
+                return true;
+            }
+            if sent.len() >= REMEMBERED {
+                sent.clear();
+            }
+            sent.insert(view.id, view.version);
+            tx.send(view).await.is_ok()
+        };
         loop {
-            let views = match read(&pool, scope, sees, pending).await {
+            // What the stream shows, read for itself.
+            let views = match read(&pool, scope, sees).await {
                 Ok(views) => views,
                 Err(err) => {
                     // Try again shortly: the job may never change again to wake us.
@@ -97,74 +103,46 @@ pub fn follow_changes(
                         () = tx.closed() => return,
                         () = tokio::time::sleep(RETRY) => {}
                     }
-                    pending = Pending::Everything;
                     continue;
                 }
             };
             for view in views {
-                if sent
-                    .get(&view.id)
-                    .is_none_or(|&version| view.version > version)
-                {
-                    sent.insert(view.id, view.version);
-                    if tx.send(view).await.is_err() {
-                        return;
-                    }
+                if !send(view, &mut sent).await {
+                    return;
                 }
             }
-            // Wait for a change this stream shows, then gather what else arrives in the window.
-            let mut ids = Vec::new();
-            let mut everything = false;
-            while ids.is_empty() && !everything {
-                tokio::select! {
-                    () = tx.closed() => return,
-                    change = changes.recv() => match change {
-                        Ok(Change::Job(job)) if scope.covers(job.id) => ids.push(job.id),
-                        Ok(Change::Job(_) | Change::Account(_)) => {}
-                        Ok(Change::Resync) | Err(RecvError::Lagged(_)) => everything = true,
-                        Err(RecvError::Closed) => return,
-                    },
-                }
-            }
-            tokio::time::sleep(COALESCE).await;
+            // Then what the shared reader sees, until it says to read again.
             loop {
-                match changes.try_recv() {
-                    Ok(Change::Job(job)) if scope.covers(job.id) => {
-                        if !ids.contains(&job.id) {
-                            ids.push(job.id);
+                let next = tokio::select! {
+                    () = tx.closed() => return,
+                    next = seen.recv() => next,
+                };
+                match next {
+                    Ok(Seen::Job(view)) if scope.covers(view.id) && sees.covers(view.owner) => {
+                        if !send(JobView::clone(&view), &mut sent).await {
+                            return;
                         }
                     }
-                    Ok(Change::Job(_) | Change::Account(_)) => {}
-                    Ok(Change::Resync) | Err(TryRecvError::Lagged(_)) => everything = true,
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Closed) => return,
+                    Ok(Seen::Job(_)) => {}
+                    Ok(Seen::Resync) | Err(RecvError::Lagged(_)) => break,
+                    Err(RecvError::Closed) => return,
                 }
             }
-            pending = if everything {
-                Pending::Everything
-            } else {
-                Pending::Jobs(ids)
-            };
         }
     });
     ReceiverStream::new(rx)
 }
 
-async fn read(
-    pool: &PgPool,
-    scope: Scope,
-    sees: Sees,
-    pending: Pending,
-) -> sqlx::Result<Vec<JobView>> {
-    match (scope, pending) {
-        (Scope::One(id), _) => Ok(jobs::find(pool, id, sees).await?.into_iter().collect()),
-        (Scope::All, Pending::Everything) => {
+/// Everything the stream shows: its job, or the newest jobs, oldest first.
+async fn read(pool: &PgPool, scope: Scope, sees: Sees) -> sqlx::Result<Vec<JobView>> {
+    match scope {
+        Scope::One(id) => Ok(jobs::find(pool, id, sees).await?.into_iter().collect()),
+        Scope::All => {
             let owners = Owners::resolve(pool, sees, None).await?;
             let mut views =
                 job_list::newest(pool, owners, &JobFilter::default(), LIST_RESYNC).await?;
             views.reverse();
             Ok(views)
         }
-        (Scope::All, Pending::Jobs(ids)) => jobs::find_many(pool, &ids, sees).await,
     }
 }

@@ -1,35 +1,38 @@
-//! `progress::feed` against a real database, driven through a broadcast channel of the test's
-//! own that holds two changes: a stream whose receiver lagged (more changes arrived than the
-//! channel holds, so some were lost) or that is told to resync reads again what it shows, and
-//! so still ends on the latest state of jobs whose own notifications it never saw.
+//! `progress::views` and `progress::feed` against a real database. The process's one reader
+//! reads each burst of changes once, whatever the number of streams, and each stream keeps what
+//! its reader may see. A stream whose channel lagged (more views arrived than it holds, so some
+//! were lost) or that is told to resync reads again what it shows, and so still ends on the
+//! latest state of jobs whose views it never saw.
 //!
-//! The runtime has one thread: the feed's task runs only while the test awaits, so changes
+//! The runtime has one thread: the feed's task runs only while the test awaits, so views
 //! sent together arrive together.
 
-use std::pin::Pin;
+use std::{pin::Pin, sync::Arc};
 
 use app::model::JobView;
 use futures::{Stream, StreamExt};
 use server::{
     auth::Sees,
     progress::{
-        Change,
+        Change, Views,
         feed::{self, Scope},
+        views::Seen,
     },
     store::notify::JobChanged,
 };
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::support::{PATIENCE, TestDb, TestServer, csv};
 
 type Feed = Pin<Box<dyn Stream<Item = JobView> + Send>>;
 
-/// A feed over `changes`, for an admin (who sees every job).
-fn follow(db: &TestDb, changes: broadcast::Receiver<Change>, scope: Scope) -> Feed {
-    Box::pin(feed::follow_changes(
+/// A feed over `seen`, for an admin (who sees every job).
+fn follow(db: &TestDb, seen: broadcast::Receiver<Seen>, scope: Scope) -> Feed {
+    Box::pin(feed::follow_seen(
         db.pool.clone(),
-        changes,
+        seen,
         scope,
         Sees::Everything,
         None,
@@ -52,14 +55,10 @@ async fn change_quietly(db: &TestDb, id: Uuid) -> i64 {
         .unwrap()
 }
 
-/// Three changes the stream does not show, one more than the channel holds: it lags.
-fn overflow(changes: &broadcast::Sender<Change>) {
+/// Three views of a job the stream does not show, one more than the channel holds: it lags.
+fn overflow(seen: &broadcast::Sender<Seen>, elsewhere: &JobView) {
     for _ in 0..3 {
-        let elsewhere = JobChanged {
-            id: Uuid::new_v4(),
-            version: 1,
-        };
-        changes.send(Change::Job(elsewhere)).unwrap();
+        seen.send(Seen::Job(Arc::new(elsewhere.clone()))).unwrap();
     }
 }
 
@@ -68,67 +67,100 @@ async fn a_job_stream_that_lags_reads_its_job_again() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
     let job = server.import("a.csv", csv(3), "a").await;
-    let (changes, receiver) = broadcast::channel(2);
+    let other = server.import("b.csv", csv(3), "b").await;
+    let (seen, receiver) = broadcast::channel(2);
     let mut feed = follow(&db, receiver, Scope::One(job.id));
     assert_eq!(next(&mut feed).await.version, job.version);
 
-    // The job's own notification is lost among changes to other jobs.
+    // The job's own view is lost among views of another job.
     let version = change_quietly(&db, job.id).await;
-    overflow(&changes);
-    let seen = next(&mut feed).await;
-    assert_eq!((seen.id, seen.version), (job.id, version));
+    overflow(&seen, &other);
+    let now = next(&mut feed).await;
+    assert_eq!((now.id, now.version), (job.id, version));
     server.stop().await;
 }
 
 #[tokio::test]
-async fn a_list_stream_that_lags_while_gathering_changes_reads_every_job_again() {
+async fn a_resync_reads_the_list_again_and_finds_what_no_view_told() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
     let a = server.import("a.csv", csv(3), "a").await;
-    let b = server.import("b.csv", csv(3), "b").await;
-    let (changes, receiver) = broadcast::channel(2);
-    let mut feed = follow(&db, receiver, Scope::All);
-    let first: Vec<Uuid> = vec![next(&mut feed).await.id, next(&mut feed).await.id];
-    assert_eq!(first, [a.id, b.id], "oldest first");
-
-    // A's change is told, and the stream starts gathering what else comes within its window
-    // (had it not taken A's change yet, it would lag at once instead: the same outcome);
-    // meanwhile B's change is lost among changes to jobs it does not show.
-    let a_version = change_quietly(&db, a.id).await;
-    let b_version = change_quietly(&db, b.id).await;
-    changes
-        .send(Change::Job(JobChanged {
-            id: a.id,
-            version: a_version,
-        }))
-        .unwrap();
-    tokio::task::yield_now().await;
-    overflow(&changes);
-    let seen = [next(&mut feed).await, next(&mut feed).await];
-    assert_eq!(
-        seen.map(|job| (job.id, job.version)),
-        [(a.id, a_version), (b.id, b_version)]
-    );
-    server.stop().await;
-}
-
-#[tokio::test]
-async fn a_resync_reads_the_list_again_and_finds_what_no_notification_told() {
-    let db = TestDb::new().await;
-    let server = TestServer::start(&db, None).await;
-    let a = server.import("a.csv", csv(3), "a").await;
-    let (changes, receiver) = broadcast::channel(2);
+    let (seen, receiver) = broadcast::channel(2);
     let mut feed = follow(&db, receiver, Scope::All);
     assert_eq!(next(&mut feed).await.id, a.id);
 
     // As after the hub reconnects: whatever happened meanwhile was never told.
     let a_version = change_quietly(&db, a.id).await;
     let b = server.import("b.csv", csv(3), "b").await;
-    changes.send(Change::Resync).unwrap();
-    let seen = [next(&mut feed).await, next(&mut feed).await];
+    seen.send(Seen::Resync).unwrap();
+    let now = [next(&mut feed).await, next(&mut feed).await];
     assert_eq!(
-        seen.map(|job| (job.id, job.version)),
+        now.map(|job| (job.id, job.version)),
         [(a.id, a_version), (b.id, b.version)]
     );
+
+    // And when it lags, the same.
+    let b_version = change_quietly(&db, b.id).await;
+    overflow(&seen, &a);
+    let last = next(&mut feed).await;
+    assert_eq!((last.id, last.version), (b.id, b_version));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn one_read_per_burst_of_changes_whatever_the_number_of_streams() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let a = server.import("a.csv", csv(3), "a").await;
+    let b = server.import("b.csv", csv(3), "b").await;
+    let (changes, receiver) = broadcast::channel(16);
+    let views = Views::start_with(db.pool.clone(), receiver, CancellationToken::new());
+    let mut feeds: Vec<Feed> = (0..50)
+        .map(|_| {
+            Box::pin(feed::follow(
+                db.pool.clone(),
+                &views,
+                Scope::All,
+                Sees::Everything,
+                None,
+            )) as Feed
+        })
+        .collect();
+    // Someone who owns neither job follows the list too: they are sent nothing of them.
+    let mut stranger: Feed = Box::pin(feed::follow(
+        db.pool.clone(),
+        &views,
+        Scope::All,
+        Sees::OwnedBy(Uuid::now_v7()),
+        None,
+    ));
+    for feed in &mut feeds {
+        assert_eq!([next(feed).await.id, next(feed).await.id], [a.id, b.id]);
+    }
+
+    // A burst: A changes twice and B once, each told.
+    let mut told = Vec::new();
+    for id in [a.id, b.id, a.id] {
+        let version = change_quietly(&db, id).await;
+        told.push((id, version));
+        changes
+            .send(Change::Job(JobChanged { id, version }))
+            .unwrap();
+    }
+    let a_now = told[2];
+    let b_now = told[1];
+    for feed in &mut feeds {
+        let mut now = [next(feed).await, next(feed).await];
+        now.sort_by_key(|job| job.id);
+        let mut expected = [a_now, b_now];
+        expected.sort();
+        assert_eq!(
+            now.iter().map(|j| (j.id, j.version)).collect::<Vec<_>>(),
+            expected
+        );
+    }
+    assert_eq!(views.reads(), 1, "one query for the burst, for 51 streams");
+    let nothing = tokio::time::timeout(std::time::Duration::from_millis(300), stranger.next());
+    assert!(nothing.await.is_err(), "the stranger is sent nothing");
     server.stop().await;
 }

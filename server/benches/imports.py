@@ -181,11 +181,12 @@ def curl_auth():
     return [arg for name, value in AUTH.items() for arg in ("-H", f"{name}: {value}")]
 
 
-def sign_in(args):
+def sign_in(args, email="bench@example.com", role="member"):
     """Makes the bench account (`server user add`, as an operator would), signs in and creates
     an API token, which every request then carries."""
-    email, password = "bench@example.com", "bench password"
-    subprocess.run([args.server, "user", "add", "--email", email, "--password-stdin"],
+    password = "bench password"
+    subprocess.run([args.server, "user", "add", "--email", email, "--role", role,
+                    "--password-stdin"],
                    input=password + "\n", text=True, check=True, capture_output=True,
                    env=dict(os.environ, DATABASE_URL=args.db_url, RUST_LOG="warn"))
     with Server(args, workers=False):
