@@ -61,8 +61,8 @@ pub struct JobFilter {
 }
 
 /// One job's place in the list: `<microseconds since 1970>_<id as 32 hex digits>` in URLs.
-/// Clients treat it as opaque.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Clients treat it as opaque. Ordered as the list is, oldest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Cursor {
     pub created_at: DateTime<Utc>,
     pub id: Uuid,
@@ -388,6 +388,10 @@ pub struct JobPage {
     /// Pass as `after` for the next newer page; absent on the first page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub newer: Option<Cursor>,
+    /// The newest job the filter selected when the page was read, wherever the page is: a job
+    /// newer than this is new to the reader.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top: Option<Cursor>,
     /// Per status, for the filter without its statuses, every status listed.
     pub counts: Vec<StatusCount>,
 }

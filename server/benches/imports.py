@@ -52,8 +52,11 @@ def generate(path, rows):
 
 
 def psql(url, *args):
-    return subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-q", *args], check=True,
-                          capture_output=True, text=True).stdout
+    done = subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-q", *args],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"psql failed: {done.stderr.strip()}")
+    return done.stdout
 
 
 def raw_copy(url, path, rows):

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use super::{job_counts, jobs};
 use crate::auth::Sees;
 
-/// Counts for filters without counters stop here ("1,000+").
+/// Counts for filters without counters look at this many jobs at most ("1,000+").
 pub const COUNT_CAP: i64 = 1000;
 
 /// Whose jobs a request lists: the reader's scope and the filter's owner together.
@@ -190,6 +190,7 @@ pub async fn page(pool: &PgPool, owners: Owners, query: &ListQuery) -> sqlx::Res
             jobs: Vec::new(),
             older: None,
             newer: None,
+            top: None,
             counts,
         });
     };
@@ -223,6 +224,13 @@ pub async fn page(pool: &PgPool, owners: Owners, query: &ListQuery) -> sqlx::Res
             }
         }
     }
+    let top = match newer {
+        None => places.first().copied(),
+        Some(_) => page_places(&mut conn, &conditions, PageAt::Newest, 0)
+            .await?
+            .first()
+            .copied(),
+    };
     drop(conn);
     let ids: Vec<Uuid> = places.iter().map(|place| place.id).collect();
     let mut jobs = jobs::find_many(pool, &ids, Sees::Everything).await?;
@@ -231,6 +239,7 @@ pub async fn page(pool: &PgPool, owners: Owners, query: &ListQuery) -> sqlx::Res
         jobs,
         older,
         newer,
+        top,
         counts,
     })
 }
@@ -293,7 +302,8 @@ async fn places(
 }
 
 /// The counts shown above the list: exact from the counters when only owner and kind narrow
-/// the filter, else counted per status up to [`COUNT_CAP`]; zeros when nothing can match.
+/// the filter; else counted among the newest [`COUNT_CAP`] jobs it selects, every count then
+/// marked "or more" when there were more; zeros when nothing can match.
 async fn counts(
     conn: &mut PgConnection,
     owners: Owners,
@@ -317,22 +327,22 @@ async fn counts(
         };
         return job_counts::exact(&mut *conn, owner, &filter.kinds).await;
     }
-    let mut statuses = QueryBuilder::new(
-        "select s.status, (select count(*) from (select 1 from jobs j where j.status = s.status",
-    );
-    conditions.push(&mut statuses, &[]);
-    statuses.push(" limit ");
-    statuses.push_bind(COUNT_CAP + 1);
-    statuses.push(") x) from unnest(");
-    statuses.push_bind(&JobStatus::ALL[..]);
-    statuses.push(") with ordinality as s(status, n) order by s.n");
-    let rows: Vec<(JobStatus, i64)> = statuses.build_query_as().fetch_all(conn).await?;
-    Ok(rows
+    // Counted among the newest matching jobs, in list order: the same index path as the page
+    // (a count per status with its own limit tempts the planner into a scan of the table for
+    // a status that is rare under the filter).
+    let mut sample = QueryBuilder::new("select j.status from jobs j where true");
+    conditions.push(&mut sample, &[]);
+    sample.push(" order by j.created_at desc, j.id desc limit ");
+    sample.push_bind(COUNT_CAP + 1);
+    let statuses: Vec<JobStatus> = sample.build_query_scalar().fetch_all(conn).await?;
+    let capped = statuses.len() as i64 > COUNT_CAP;
+    let counted = &statuses[..statuses.len().min(COUNT_CAP as usize)];
+    Ok(JobStatus::ALL
         .into_iter()
-        .map(|(status, count)| StatusCount {
+        .map(|status| StatusCount {
             status,
-            count: count.min(COUNT_CAP),
-            or_more: count > COUNT_CAP,
+            count: counted.iter().filter(|s| **s == status).count() as i64,
+            or_more: capped,
         })
         .collect())
 }

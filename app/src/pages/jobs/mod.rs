@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::{
     data::list_jobs,
-    job_list::{JobPage, ListQuery, PageAt},
+    job_list::{Cursor, JobPage, ListQuery, PageAt},
     live,
     model::{JobKind, JobView, duration, owner_label, thousands},
     pages::controls::JobControls,
@@ -63,22 +63,43 @@ pub fn JobsPage() -> impl IntoView {
     }
 }
 
-/// Where a live change of a job belongs in the list shown.
+/// The page's place for live changes: which jobs are new to the reader, and whether new ones
+/// go on the rows (the first page) or are only counted.
+#[derive(Clone, Copy)]
+struct Live {
+    /// The newest job the filter selected when the page was read.
+    top: Option<Cursor>,
+    on_top: bool,
+    limit: usize,
+}
+
+/// Where a live change of a job belongs in the list shown: a job shown is updated in place
+/// (even when it no longer matches the filter); a job created since the page was read that
+/// matches goes into the rows in list order on the first page, and is counted elsewhere.
+/// Anything else (an older job changing) stays off this page.
 fn place_update(
     rows: &mut Vec<JobView>,
     fresh: &mut HashSet<Uuid>,
     query: &ListQuery,
-    on_top: bool,
+    live: Live,
     update: JobView,
 ) {
-    match rows.iter_mut().find(|row| row.id == update.id) {
-        Some(row) if update.version > row.version => *row = update,
-        Some(_) => {}
-        None if !query.filter.matches(&update) => {}
-        None if on_top => rows.insert(0, update),
-        None => {
-            fresh.insert(update.id);
+    if let Some(row) = rows.iter_mut().find(|row| row.id == update.id) {
+        if update.version > row.version {
+            *row = update;
         }
+        return;
+    }
+    let is_new = live.top.is_none_or(|top| Cursor::of(&update) > top);
+    if !is_new || !query.filter.matches(&update) {
+        return;
+    }
+    if live.on_top {
+        rows.push(update);
+        rows.sort_by_key(|row| std::cmp::Reverse(Cursor::of(row)));
+        rows.truncate(live.limit);
+    } else {
+        fresh.insert(update.id);
     }
 }
 
@@ -90,7 +111,11 @@ fn JobList(page: JobPage, query: ListQuery) -> impl IntoView {
     // Read once: the page waited for the session before building this.
     let everyone = untrack(|| session.sees_everything());
     // New jobs go on top only on the first page; elsewhere they are counted.
-    let on_top = page.newer.is_none();
+    let live_at = Live {
+        top: page.top,
+        on_top: page.newer.is_none(),
+        limit: query.limit as usize,
+    };
     let rows = RwSignal::new(page.jobs);
     let fresh = RwSignal::new(HashSet::<Uuid>::new());
     let selected = RwSignal::new(HashSet::<Uuid>::new());
@@ -98,7 +123,7 @@ fn JobList(page: JobPage, query: ListQuery) -> impl IntoView {
         let query = query.clone();
         live::subscribe("/api/jobs/events".to_owned(), move |update: JobView| {
             rows.update(|rows| {
-                fresh.update(|fresh| place_update(rows, fresh, &query, on_top, update));
+                fresh.update(|fresh| place_update(rows, fresh, &query, live_at, update));
             });
             true
         });
