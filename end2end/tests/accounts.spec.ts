@@ -1,7 +1,7 @@
 import { writeFile } from 'node:fs/promises';
-import type { Browser, Page } from '@playwright/test';
-import { type App, Worker, expect, test } from './app';
-import { JobListPage, JobPage, MESSAGES, UploadPage, expectHydrated } from './pages';
+import type { Page } from '@playwright/test';
+import { PASSWORD, Worker, expect, test } from './app';
+import { JobListPage, JobPage, MESSAGES, UploadPage, expectHydrated, signedIn } from './pages';
 
 let worker: Worker | undefined;
 
@@ -9,25 +9,6 @@ test.afterEach(async () => {
   await worker?.stop();
   worker = undefined;
 });
-
-const PASSWORD = 'correct horse battery';
-
-/** `server user add` (the operator's command), with the password on stdin. */
-function addUser(app: App, email: string, role: 'admin' | 'viewer' | 'member'): void {
-  app.run(['user', 'add', '--email', email, '--role', role, '--password-stdin'], `${PASSWORD}\n`);
-}
-
-/** A browser of its own (its own cookies), on `/login`, signed in as `email`. */
-async function signedIn(browser: Browser, email: string): Promise<Page> {
-  const page = await (await browser.newContext()).newPage();
-  await page.goto('/login');
-  await expectHydrated(page);
-  await page.getByTestId('email-input').fill(email);
-  await page.getByTestId('password-input').fill(PASSWORD);
-  await page.getByTestId('sign-in-button').click();
-  await expect(page.getByTestId('signed-in-as')).toHaveText(email);
-  return page;
-}
 
 /** Imports a small file from the upload page; the new job's id (it waits: no worker runs). */
 async function importSmall(page: Page, testInfo: { outputPath(name: string): string }, dataset: string) {
@@ -59,7 +40,7 @@ test('sign up and sign in; members see only their own jobs, admins all, viewers 
   await expect(new JobPage(pageA).message).toHaveText(MESSAGES.waiting);
 
   // Member B (an account made by the operator) signs in and imports their own.
-  addUser(app, b, 'member');
+  app.addUser(b, 'member');
   const pageB = await signedIn(browser, b);
   const jobB = await importSmall(pageB, testInfo, `b_${stamp}`);
 
@@ -73,7 +54,7 @@ test('sign up and sign in; members see only their own jobs, admins all, viewers 
   await expect(listB.rowFor(jobA)).toHaveCount(0);
 
   // The admin sees both, with their owners, and may cancel A's job.
-  addUser(app, admin, 'admin');
+  app.addUser(admin, 'admin');
   const pageAdmin = await signedIn(browser, admin);
   const listAdmin = new JobListPage(pageAdmin);
   await listAdmin.goto();
@@ -83,7 +64,7 @@ test('sign up and sign in; members see only their own jobs, admins all, viewers 
 
   // The viewer sees A's job with Cancel shown but disabled; once the admin has cancelled it,
   // Retry appears, disabled too.
-  addUser(app, viewer, 'viewer');
+  app.addUser(viewer, 'viewer');
   const pageViewer = await signedIn(browser, viewer);
   await pageViewer.goto(`/jobs/${jobA}`);
   await expectHydrated(pageViewer);

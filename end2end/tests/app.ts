@@ -17,6 +17,9 @@ const ROOT = path.join(__dirname, '..', '..');
 /** The `server` binary (debug unless told otherwise): `make test` uses the one `cargo test` built. */
 const SERVER_BIN = process.env.CONVEYOR_SERVER_BIN ?? path.join(ROOT, 'target', 'debug', 'server');
 
+/** The password of every account `App.addUser` makes. */
+export const PASSWORD = 'correct horse battery';
+
 /** How long a server may take to listen (it migrates its new database first). */
 const START_MS = 60_000;
 
@@ -57,6 +60,28 @@ export class App {
   /** Runs SQL on this app's database. */
   sql(statement: string): void {
     psql(this.databaseUrl, statement);
+  }
+
+  /** `server user add` (the operator's command), with `PASSWORD` on stdin. */
+  addUser(email: string, role: 'admin' | 'viewer' | 'member'): void {
+    this.run(['user', 'add', '--email', email, '--role', role, '--password-stdin'], `${PASSWORD}\n`);
+  }
+
+  /** From now on every write of a row holding `marker` fails, as a broken disk would make it. */
+  poisonRows(marker: string): void {
+    this.sql(`create or replace function e2e_poison() returns trigger language plpgsql as $$
+         begin
+           if new.record like '%${marker}%' then raise exception 'the disk is on fire'; end if;
+           return new;
+         end $$;
+         drop trigger if exists e2e_poison on dataset_rows;
+         create trigger e2e_poison before insert on dataset_rows
+           for each row execute function e2e_poison()`);
+  }
+
+  /** Rows are written again (undoes `poisonRows`). */
+  healRows(): void {
+    this.sql('drop trigger if exists e2e_poison on dataset_rows');
   }
 
   static async start(specFile: string): Promise<App> {

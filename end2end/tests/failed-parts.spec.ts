@@ -8,7 +8,7 @@ const poison = `poison_${Date.now().toString(36)}`;
 test.afterEach(async ({ app }) => {
   await worker?.stop();
   worker = undefined;
-  app.sql('drop trigger if exists e2e_poison on dataset_rows');
+  app.healRows();
 });
 
 test('a part that fails every attempt is listed on the job page, and Retry runs it', async ({
@@ -16,14 +16,7 @@ test('a part that fails every attempt is listed on the job page, and Retry runs 
   app,
 }) => {
   // Every write of a row holding the marker fails, as a broken disk would make it.
-  app.sql(`create or replace function e2e_poison() returns trigger language plpgsql as $$
-       begin
-         if new.record like '%${poison}%' then raise exception 'the disk is on fire'; end if;
-         return new;
-       end $$;
-       drop trigger if exists e2e_poison on dataset_rows;
-       create trigger e2e_poison before insert on dataset_rows
-         for each row execute function e2e_poison()`);
+  app.poisonRows(poison);
 
   const dataset = `e2e_parts_${Date.now().toString(36)}`;
   const uploaded = await page.request.post('/api/uploads', {

@@ -1,34 +1,17 @@
-import type { Browser, Page } from '@playwright/test';
-import { type App, Worker, expect, test } from './app';
-import { JobListPage, expectHydrated } from './pages';
+import type { Page } from '@playwright/test';
+import { Worker, expect, test } from './app';
+import { JobListPage, signedIn } from './pages';
 
 let worker: Worker | undefined;
 
-const PASSWORD = 'correct horse battery';
 const stamp = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
 const poison = `poison_${stamp}`;
 
 test.afterEach(async ({ app }) => {
   await worker?.stop();
   worker = undefined;
-  app.sql('drop trigger if exists e2e_poison on dataset_rows');
+  app.healRows();
 });
-
-function addUser(app: App, email: string, role: 'admin' | 'viewer' | 'member'): void {
-  app.run(['user', 'add', '--email', email, '--role', role, '--password-stdin'], `${PASSWORD}\n`);
-}
-
-/** A browser of its own, signed in as `email`, on `/jobs`. */
-async function signedIn(browser: Browser, email: string): Promise<Page> {
-  const page = await (await browser.newContext()).newPage();
-  await page.goto('/login');
-  await expectHydrated(page);
-  await page.getByTestId('email-input').fill(email);
-  await page.getByTestId('password-input').fill(PASSWORD);
-  await page.getByTestId('sign-in-button').click();
-  await expect(page.getByTestId('signed-in-as')).toHaveText(email);
-  return page;
-}
 
 /** Imports `body` as `page`'s person through the API (one attempt per part); the job's id. */
 async function importAs(page: Page, name: string, body: string): Promise<string> {
@@ -54,21 +37,14 @@ test('an admin filters to one owner\'s failed jobs, retries them all and watches
 }) => {
   test.setTimeout(180_000);
   const [a, b, admin, viewer] = ['a', 'b', 'admin', 'viewer'].map((who) => `${who}-${stamp}@example.com`);
-  addUser(app, a, 'member');
-  addUser(app, b, 'member');
-  addUser(app, admin, 'admin');
-  addUser(app, viewer, 'viewer');
+  app.addUser(a, 'member');
+  app.addUser(b, 'member');
+  app.addUser(admin, 'admin');
+  app.addUser(viewer, 'viewer');
 
   // Every row holding the marker fails to write, as a broken disk would make it: A's imports
   // fail, B's completes.
-  app.sql(`create or replace function e2e_poison() returns trigger language plpgsql as $$
-       begin
-         if new.record like '%${poison}%' then raise exception 'the disk is on fire'; end if;
-         return new;
-       end $$;
-       drop trigger if exists e2e_poison on dataset_rows;
-       create trigger e2e_poison before insert on dataset_rows
-         for each row execute function e2e_poison()`);
+  app.poisonRows(poison);
   const pageA = await signedIn(browser, a);
   const pageB = await signedIn(browser, b);
   const failing = [];
@@ -85,7 +61,7 @@ test('an admin filters to one owner\'s failed jobs, retries them all and watches
     await expect(list.rowFor(id).getByTestId('job-status')).toHaveText('failed', { timeout: 60_000 });
   }
   await expect(list.rowFor(bJob).getByTestId('job-status')).toHaveText('completed', { timeout: 60_000 });
-  app.sql('drop trigger e2e_poison on dataset_rows');
+  app.healRows();
 
   // Filter: A's failed jobs. The filter is the URL.
   await pageAdmin.getByTestId('filter-owner').fill(a);
@@ -131,7 +107,7 @@ test('an admin filters to one owner\'s failed jobs, retries them all and watches
 
 test('on a phone the list fits: nothing scrolls sideways', async ({ browser, app }) => {
   const email = `phone-${stamp}@example.com`;
-  addUser(app, email, 'admin');
+  app.addUser(email, 'admin');
   const page = await signedIn(browser, email);
   const id = await importAs(page, `phone_${stamp}_with_a_rather_long_file_name_indeed.csv`, 'id\n1\n');
   await page.setViewportSize({ width: 390, height: 844 });

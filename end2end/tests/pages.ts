@@ -1,7 +1,8 @@
 // Page objects and helpers shared by the specs. Selectors follow the app's test ids.
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { expect, type Locator, type Page } from '@playwright/test';
+import { type Browser, expect, type Locator, type Page } from '@playwright/test';
+import { PASSWORD } from './app';
 
 /** Matches a job page path and captures the job id. */
 export const JOB_PATH = /\/jobs\/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/;
@@ -20,6 +21,18 @@ export function fixture(name: string): string {
 /** Waits until the wasm bundle has hydrated the page (the app then sets body[data-hydrated]). */
 export async function expectHydrated(page: Page): Promise<void> {
   await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+}
+
+/** A browser of its own (its own cookies), signed in as `email` on `/login`. */
+export async function signedIn(browser: Browser, email: string): Promise<Page> {
+  const page = await (await browser.newContext()).newPage();
+  await page.goto('/login');
+  await expectHydrated(page);
+  await page.getByTestId('email-input').fill(email);
+  await page.getByTestId('password-input').fill(PASSWORD);
+  await page.getByTestId('sign-in-button').click();
+  await expect(page.getByTestId('signed-in-as')).toHaveText(email);
+  return page;
 }
 
 /** `/`: choose or drop a file, name the dataset, import. */
