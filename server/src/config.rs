@@ -33,7 +33,7 @@ pub enum Command {
     /// Serve HTTP, pages and live progress, with workers unless `--no-workers` (the default command).
     Serve(ServeArgs),
     /// Run workers only, to add processing capacity on any machine.
-    Worker(WorkerArgs),
+    Worker(WorkerCommandArgs),
     /// Apply database migrations and exit.
     Migrate,
     /// Convert a workbook on stdin to CSV on stdout (workers run this in a memory-limited
@@ -86,6 +86,30 @@ pub struct DatabaseArgs {
     pub db_pool: u32,
 }
 
+/// `server worker`: the workers' settings, and where its metrics may be scraped.
+#[derive(Args, Debug, Clone)]
+pub struct WorkerCommandArgs {
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+}
+
+/// Who may read `GET /metrics`: admins (signed in, or with an API token), a scraper with the
+/// metrics token, and anyone who reaches the metrics address.
+#[derive(Args, Debug, Clone, Default)]
+pub struct MetricsArgs {
+    /// A token that lets a scraper read `/metrics` as `Authorization: Bearer <token>`, without
+    /// an account.
+    #[arg(long, env = "CONVEYOR_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
+    /// Also serve `GET /metrics`, and nothing else, on this address to anyone who reaches it
+    /// (bind it to a private interface, e.g. `10.0.0.5:9464`). The way to scrape `server
+    /// worker` processes, which serve nothing else.
+    #[arg(long, env = "CONVEYOR_METRICS_ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Do not run workers in this process.
@@ -100,6 +124,8 @@ pub struct ServeArgs {
     pub limits: LimitArgs,
     #[command(flatten)]
     pub worker: WorkerArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
     /// Connections of the workers' own pool when this process runs workers too: HTTP uses
     /// `CONVEYOR_DB_POOL`, so a flood of requests never starves the workers' heartbeats.
     #[arg(long, env = "CONVEYOR_WORKER_DB_POOL", default_value_t = 10)]
@@ -114,6 +140,7 @@ impl Default for ServeArgs {
             auth: AuthArgs::default(),
             limits: LimitArgs::default(),
             worker: WorkerArgs::default(),
+            metrics: MetricsArgs::default(),
             worker_db_pool: 10,
         }
     }

@@ -10,6 +10,7 @@
 //! - [`progress`]: the process's one LISTEN connection and the per-client live feeds.
 //! - [`http`]: the API, SSE and the Leptos pages.
 //! - [`incident`]: failures logged under a reference, which is all people see of them.
+//! - [`telemetry`]: the metrics the processes keep, for `/metrics`.
 //!
 //! `serve` and `work` are what `main` runs; integration tests call them too.
 
@@ -23,6 +24,7 @@ pub mod logs;
 pub mod progress;
 pub mod spreadsheet;
 pub mod store;
+pub mod telemetry;
 
 use std::future::IntoFuture;
 
@@ -49,6 +51,10 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let leptos_options = http::leptos_options()?;
+    telemetry::watch("http", pool.clone(), shutdown.clone());
+    if let Some(addr) = args.metrics.metrics_addr {
+        serve_metrics(addr, pool.clone(), shutdown.clone()).await?;
+    }
     let hub = Hub::start(pool.clone(), shutdown.clone());
     let state = AppState {
         views: Views::start(pool.clone(), &hub, shutdown.clone()),
@@ -63,6 +69,7 @@ pub async fn serve(
         callbacks: std::sync::Arc::new(jobs::callbacks::address::Policy::new(
             args.worker.callbacks.allow.clone(),
         )),
+        metrics: std::sync::Arc::new(args.metrics.clone()),
         shutdown: shutdown.clone(),
     };
     let workers = if args.no_workers {
@@ -102,7 +109,29 @@ pub async fn work(
     args: WorkerArgs,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    telemetry::watch("workers", pool.clone(), shutdown.clone());
     let engine = Engine::new(pool, &args).context("finding this program, to convert workbooks")?;
     jobs::worker::run(engine, &args, shutdown).await;
+    Ok(())
+}
+
+/// Serves `GET /metrics` alone on `addr` (`CONVEYOR_METRICS_ADDR`) until `shutdown` fires.
+pub async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    pool: PgPool,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+    tracing::info!("metrics on http://{addr}{}", http::scrape::PATH);
+    tokio::spawn(async move {
+        let served = axum::serve(listener, http::scrape::alone(pool))
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+        if let Err(err) = served {
+            tracing::error!("the metrics listener stopped: {err}");
+        }
+    });
     Ok(())
 }

@@ -32,7 +32,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate => {
             tracing::info!("migrations applied");
         }
-        Command::Worker(args) => server::work(pool, args, shutdown).await?,
+        Command::Worker(args) => {
+            if let Some(addr) = args.metrics.metrics_addr {
+                server::serve_metrics(addr, pool.clone(), shutdown.clone()).await?;
+            }
+            server::work(pool, args.worker, shutdown).await?
+        }
         Command::User(UserCommand::Add(args)) => add_user(&pool, args).await?,
         Command::Convert(_) => unreachable!("handled before the runtime starts"),
         Command::Serve(args) => {

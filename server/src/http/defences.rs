@@ -27,10 +27,13 @@ use axum::{
 
 use super::{AppState, error::ApiError, identity::bearer};
 
-/// Middleware: refuses a `Host` outside the configured names, except on the health probes
-/// (a load balancer probes a process by its address; they show nothing a page could use).
+/// Middleware: refuses a `Host` outside the configured names, except on the health probes and
+/// `/metrics` (a load balancer or a scraper reaches a process by its address; a page on a
+/// rebound name could not read them: the probes show nothing, and `/metrics` wants a token or
+/// an admin's cookie, which the browser sends only to our own names).
 pub async fn check_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if super::health::PATHS.contains(&request.uri().path()) {
+    let path = request.uri().path();
+    if super::health::PATHS.contains(&path) || path == super::scrape::PATH {
         return next.run(request).await;
     }
     let allowed = &state.auth.allowed_hosts;

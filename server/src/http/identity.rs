@@ -103,6 +103,13 @@ pub async fn resolve(State(state): State<AppState>, mut request: Request, next: 
     if super::health::PATHS.contains(&request.uri().path()) {
         return next.run(request).await;
     }
+    // A scraper's token is not an API token: it opens `/metrics` and nothing else.
+    if request.uri().path() == super::scrape::PATH
+        && super::scrape::shows_token(request.headers(), &state.metrics)
+    {
+        request.extensions_mut().insert(super::scrape::Scraper);
+        return next.run(request).await;
+    }
     let lifetime = state.auth.session_lifetime();
     let https = state.auth.https;
     let (identity, stale_cookie) = match identify(&state, request.headers()).await {

@@ -17,11 +17,13 @@ mod events;
 pub mod health;
 pub mod identity;
 mod jobs;
+mod measure;
 mod pages;
 mod quotas;
 mod reports;
 mod request_id;
 mod results;
+pub mod scrape;
 mod uploads;
 mod users;
 
@@ -70,6 +72,8 @@ pub struct AppState {
     pub probed: Arc<health::Probed>,
     /// Where completion callbacks may go (checked when a job names one).
     pub callbacks: Arc<crate::jobs::callbacks::address::Policy>,
+    /// Who may read `/metrics` besides admins.
+    pub metrics: Arc<crate::config::MetricsArgs>,
     /// Fires on shutdown; open event streams end with it.
     pub shutdown: CancellationToken,
 }
@@ -93,6 +97,8 @@ pub enum Access {
     Account,
     /// Admins: the users and their roles.
     Admin,
+    /// Admins, and a scraper with the metrics token (`/metrics`).
+    Scraper,
 }
 
 impl Access {
@@ -107,7 +113,7 @@ impl Access {
             (Self::Account, Some(me)) if me.role == Role::Guest => Err(ApiError::Forbidden(
                 "Guests have no account: sign up first.".into(),
             )),
-            (Self::Admin, Some(me)) if me.role != Role::Admin => {
+            (Self::Admin | Self::Scraper, Some(me)) if me.role != Role::Admin => {
                 Err(ApiError::Forbidden("Only admins can do this.".into()))
             }
             _ => Ok(()),
@@ -220,7 +226,8 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
         ),
         Endpoint::new(get.clone(), "/api/users", Admin, users::list),
         Endpoint::new(get.clone(), "/healthz", Public, health::live),
-        Endpoint::new(get, "/readyz", Public, health::ready),
+        Endpoint::new(get.clone(), "/readyz", Public, health::ready),
+        Endpoint::new(get, scrape::PATH, Scraper, scrape::metrics),
         Endpoint::new(patch, "/api/users/{id}", Admin, users::set_role),
     ]
 }
@@ -235,6 +242,9 @@ pub fn route_table() -> Vec<(Method, &'static str, Access)> {
 
 /// Refuses a request its route's [`Access`] does not admit.
 async fn require(access: Access, state: AppState, request: Request, next: Next) -> Response {
+    if access == Access::Scraper && request.extensions().get::<scrape::Scraper>().is_some() {
+        return next.run(request).await;
+    }
     match access.check(request.extensions().get::<Me>(), state.auth.mode) {
         Ok(()) => next.run(request).await,
         Err(refused) => refused.into_response(),
@@ -278,6 +288,7 @@ pub fn router(state: AppState) -> Router {
                 .on_response(DefaultOnResponse::new().level(tracing::Level::INFO))
                 .on_failure(DefaultOnFailure::new().level(tracing::Level::WARN)),
         )
+        .layer(middleware::from_fn(measure::requests))
         .layer(middleware::from_fn(request_id::assign))
         .with_state(state)
 }

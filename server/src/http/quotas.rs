@@ -51,6 +51,7 @@ impl Streams {
             });
         }
         *count += 1;
+        crate::telemetry::sse_clients(1.0);
         Ok(StreamSlot {
             streams: Arc::clone(self),
             owner,
@@ -60,6 +61,7 @@ impl Streams {
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
+        crate::telemetry::sse_clients(-1.0);
         let mut open = self
             .streams
             .open

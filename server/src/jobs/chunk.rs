@@ -29,6 +29,7 @@ use crate::{
         states::{self, job::ChunkCounts},
         uploads,
     },
+    telemetry,
 };
 
 pub async fn run(
@@ -172,6 +173,7 @@ async fn write(
         return Err(TaskError::Stopped);
     }
     tx.commit().await?;
+    telemetry::rows_imported(counts.ok, counts.failed);
     Ok(())
 }
 

@@ -39,6 +39,7 @@ use crate::{
         queue::{QUEUE, TaskMsg},
         states,
     },
+    telemetry::{self, Outcome},
 };
 
 /// Runs workers and the maintenance duties until `shutdown` fires, then drains (see the module docs).
@@ -202,6 +203,7 @@ impl Runner {
             }
         };
         let stop = self.stop_all.child_token();
+        let started = std::time::Instant::now();
         let heartbeat = tokio::spawn(
             keep_alive(
                 self.engine.pool.clone(),
@@ -228,6 +230,14 @@ impl Runner {
             .map_err(TaskError::from)
             .and_then(|result| result);
         heartbeat.abort();
+        let outcome = match &ended {
+            Ok(()) => Outcome::Ok,
+            Err(_) if stop.is_cancelled() => Outcome::Stopped,
+            Err(TaskError::Stopped) => Outcome::Stopped,
+            Err(TaskError::Refused(_)) => Outcome::Refused,
+            Err(TaskError::Retry(_)) => Outcome::Retry,
+        };
+        telemetry::task_ran(task.kind(), outcome, started.elapsed());
         let recorded = match ended {
             Ok(()) | Err(TaskError::Stopped) => leases::release(pool, &lease).await,
             // Whatever a run told to stop says, it was the stop: the attempt does not count.

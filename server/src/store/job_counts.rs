@@ -65,6 +65,24 @@ pub async fn exact(
         .collect())
 }
 
+/// Every job, per kind and status (those with none are left out).
+pub async fn by_kind_and_status(
+    conn: &mut PgConnection,
+) -> sqlx::Result<Vec<(JobKind, JobStatus, i64)>> {
+    Ok(sqlx::query!(
+        r#"select kind as "kind!: JobKind", status as "status!: JobStatus", sum(n)::int8 as "n!"
+           from (select kind, status, n from job_count_totals
+                 union all
+                 select kind, status, n from job_count_deltas) c
+           group by kind, status"#
+    )
+    .fetch_all(conn)
+    .await?
+    .into_iter()
+    .map(|row| (row.kind, row.status, row.n))
+    .collect())
+}
+
 /// Folds the deltas appended so far into the per-owner counts and the totals; returns how many
 /// deltas it folded. Deltas of transactions still open stay for the next round.
 pub async fn fold(conn: &mut PgConnection) -> sqlx::Result<u64> {

@@ -183,19 +183,33 @@ impl<'a> Conditions<'a> {
 /// One page of the list, with the counts per status.
 pub async fn page(pool: &PgPool, owners: Owners, query: &ListQuery) -> sqlx::Result<JobPage> {
     let mut conn = pool.acquire().await?;
-    let conditions = Conditions::resolve(&mut conn, owners, &query.filter, None).await?;
-    let counts = counts(&mut conn, owners, conditions.as_ref()).await?;
-    let Some(conditions) = conditions else {
+    let Some(conditions) = Conditions::resolve(&mut conn, owners, &query.filter, None).await?
+    else {
         return Ok(JobPage {
             jobs: Vec::new(),
             older: None,
             newer: None,
             top: None,
-            counts,
+            counts: JobStatus::ALL
+                .into_iter()
+                .map(|status| StatusCount {
+                    status,
+                    count: 0,
+                    or_more: false,
+                })
+                .collect(),
         });
     };
+    let Tally { counts, every } = tally(&mut conn, &conditions).await?;
+    let source = match &every {
+        Some(every) => Source::These {
+            every,
+            statuses: &query.filter.statuses,
+        },
+        None => Source::Table(&conditions),
+    };
     let limit = query.limit;
-    let mut places = page_places(&mut conn, &conditions, query.at, limit).await?;
+    let mut places = source.places(&mut conn, query.at, limit).await?;
     let mut newer = None;
     let mut older = None;
     match query.at {
@@ -211,7 +225,7 @@ pub async fn page(pool: &PgPool, owners: Owners, query: &ListQuery) -> sqlx::Res
         PageAt::After(at) => {
             if places.len() as i64 <= limit {
                 // Back at the top: the first page, full, rather than its last few jobs.
-                places = page_places(&mut conn, &conditions, PageAt::Newest, limit).await?;
+                places = source.places(&mut conn, PageAt::Newest, limit).await?;
                 if places.len() as i64 > limit {
                     places.truncate(limit as usize);
                     older = places.last().copied();
@@ -226,7 +240,8 @@ pub async fn page(pool: &PgPool, owners: Owners, query: &ListQuery) -> sqlx::Res
     }
     let top = match newer {
         None => places.first().copied(),
-        Some(_) => page_places(&mut conn, &conditions, PageAt::Newest, 0)
+        Some(_) => source
+            .places(&mut conn, PageAt::Newest, 0)
             .await?
             .first()
             .copied(),
@@ -259,9 +274,57 @@ pub async fn newest(
     Ok(page(pool, owners, &query).await?.jobs)
 }
 
-/// Up to `limit + 1` places of the page (one more tells whether the list goes on), in the
-/// direction of travel: newest first, or oldest first for [`PageAt::After`].
-async fn page_places(
+/// Where a page's places come from: the table, or every matching job already read.
+enum Source<'a> {
+    Table(&'a Conditions<'a>),
+    These {
+        every: &'a [(JobStatus, Cursor)],
+        statuses: &'a [JobStatus],
+    },
+}
+
+impl Source<'_> {
+    /// Up to `limit + 1` places of the page (one more tells whether the list goes on), in the
+    /// direction of travel: newest first, or oldest first for [`PageAt::After`].
+    async fn places(
+        &self,
+        conn: &mut PgConnection,
+        at: PageAt,
+        limit: i64,
+    ) -> sqlx::Result<Vec<Cursor>> {
+        match self {
+            Self::Table(conditions) => table_places(conn, conditions, at, limit).await,
+            Self::These { every, statuses } => Ok(places_among(every, statuses, at, limit)),
+        }
+    }
+}
+
+/// [`table_places`] among every matching job's place, already read.
+fn places_among(
+    every: &[(JobStatus, Cursor)],
+    statuses: &[JobStatus],
+    at: PageAt,
+    limit: i64,
+) -> Vec<Cursor> {
+    let mut places: Vec<Cursor> = every
+        .iter()
+        .filter(|(status, _)| statuses.is_empty() || statuses.contains(status))
+        .map(|(_, place)| *place)
+        .filter(|place| match at {
+            PageAt::Newest => true,
+            PageAt::Before(at) => *place < at,
+            PageAt::After(at) => *place > at,
+        })
+        .collect();
+    places.sort_unstable();
+    if !matches!(at, PageAt::After(_)) {
+        places.reverse();
+    }
+    places.truncate(limit as usize + 1);
+    places
+}
+
+async fn table_places(
     conn: &mut PgConnection,
     conditions: &Conditions<'_>,
     at: PageAt,
@@ -301,50 +364,55 @@ async fn places(
         .collect())
 }
 
-/// The counts shown above the list: exact from the counters when only owner and kind narrow
-/// the filter; else counted among the newest [`COUNT_CAP`] jobs it selects, every count then
-/// marked "or more" when there were more; zeros when nothing can match.
-async fn counts(
-    conn: &mut PgConnection,
-    owners: Owners,
-    conditions: Option<&Conditions<'_>>,
-) -> sqlx::Result<Vec<StatusCount>> {
-    let Some(conditions) = conditions else {
-        return Ok(JobStatus::ALL
-            .into_iter()
-            .map(|status| StatusCount {
-                status,
-                count: 0,
-                or_more: false,
-            })
-            .collect());
-    };
+/// The counts shown above the list, and every matching job's place when they are few.
+struct Tally {
+    counts: Vec<StatusCount>,
+    every: Option<Vec<(JobStatus, Cursor)>>,
+}
+
+/// Exact counts from the counters when only owner and kind narrow the filter. Else the first
+/// [`COUNT_CAP`] + 1 matching jobs of any status are read: when there are no more than
+/// [`COUNT_CAP`], they are counted exactly and the page is cut from them; when there are more,
+/// every count is of the first [`COUNT_CAP`] found and marked "or more".
+///
+/// A search reads them in no order, so the planner takes the cheapest path to them: for a rare
+/// file name, the trigram index (at 10M jobs in `make bench`, 180 ms where walking the list
+/// order to the last of 171 matches took 1.6 s). Other filters read them in list order, along
+/// the index the page uses: without an order, a filter matching many jobs (a dataset name
+/// every owner has) is planned as a bitmap of all of them (850 ms for 1M matches).
+async fn tally(conn: &mut PgConnection, conditions: &Conditions<'_>) -> sqlx::Result<Tally> {
     let filter = conditions.filter;
     if filter.is_counted() {
-        let owner = match owners {
-            Owners::Only(id) => Some(id),
-            _ => None,
-        };
-        return job_counts::exact(&mut *conn, owner, &filter.kinds).await;
+        return Ok(Tally {
+            counts: job_counts::exact(&mut *conn, conditions.owner, &filter.kinds).await?,
+            every: None,
+        });
     }
-    // Counted among the newest matching jobs, in list order: the same index path as the page
-    // (a count per status with its own limit tempts the planner into a scan of the table for
-    // a status that is rare under the filter).
-    let mut sample = QueryBuilder::new("select j.status from jobs j where true");
+    let mut sample =
+        QueryBuilder::new("select j.status, j.created_at, j.id from jobs j where true");
     conditions.push(&mut sample, &[]);
-    sample.push(" order by j.created_at desc, j.id desc limit ");
-    sample.push_bind(COUNT_CAP + 1);
-    let statuses: Vec<JobStatus> = sample.build_query_scalar().fetch_all(conn).await?;
-    let capped = statuses.len() as i64 > COUNT_CAP;
-    let counted = &statuses[..statuses.len().min(COUNT_CAP as usize)];
-    Ok(JobStatus::ALL
+    if filter.search.is_none() {
+        sample.push(" order by j.created_at desc, j.id desc");
+    }
+    sample.push(" limit ").push_bind(COUNT_CAP + 1);
+    let rows: Vec<(JobStatus, chrono::DateTime<chrono::Utc>, Uuid)> =
+        sample.build_query_as().fetch_all(conn).await?;
+    let capped = rows.len() as i64 > COUNT_CAP;
+    let counted = &rows[..rows.len().min(COUNT_CAP as usize)];
+    let counts = JobStatus::ALL
         .into_iter()
         .map(|status| StatusCount {
             status,
-            count: counted.iter().filter(|s| **s == status).count() as i64,
+            count: counted.iter().filter(|row| row.0 == status).count() as i64,
             or_more: capped,
         })
-        .collect())
+        .collect();
+    let every = (!capped).then(|| {
+        rows.into_iter()
+            .map(|(status, created_at, id)| (status, Cursor { created_at, id }))
+            .collect()
+    });
+    Ok(Tally { counts, every })
 }
 
 /// How many jobs of `owners` the selection holds now (for a bulk action's confirmation):
@@ -362,7 +430,7 @@ pub async fn count_matching(
     };
     let filter = &selection.filter;
     if ids.is_none() && filter.is_counted() {
-        let counts = counts(&mut conn, owners, Some(&conditions)).await?;
+        let counts = job_counts::exact(&mut conn, conditions.owner, &filter.kinds).await?;
         return Ok(counts
             .iter()
             .filter(|c| filter.statuses.is_empty() || filter.statuses.contains(&c.status))

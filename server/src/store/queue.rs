@@ -36,6 +36,10 @@ pub enum TaskMsg {
 }
 
 impl TaskMsg {
+    /// Every task's name.
+    pub const KINDS: [&'static str; 5] =
+        ["plan", "chunk", "exportPlan", "exportChunk", "exportFinish"];
+
     /// The task's name, as its message spells it.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -100,6 +104,34 @@ macro_rules! message_is_live {
     };
 }
 pub(crate) use message_is_live;
+
+/// Messages of one task that are due and not taken yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Due {
+    pub task: String,
+    pub count: i64,
+    /// How long the oldest has been due.
+    pub oldest_secs: f64,
+}
+
+/// The messages due and not taken (as apalis fetches them: pending, or failed with attempts
+/// left), per task; tasks with none are left out.
+pub async fn backlog(conn: &mut PgConnection) -> sqlx::Result<Vec<Due>> {
+    sqlx::query_as!(
+        Due,
+        r#"select convert_from(job, 'UTF8')::jsonb ->> 'task' as "task!",
+                  count(*) as "count!",
+                  extract(epoch from now() - min(run_at))::float8 as "oldest_secs!"
+           from apalis.jobs
+           where job_type = $1
+             and (status = 'Pending' or status = 'Failed' and attempts < max_attempts)
+             and run_at <= now()
+           group by 1"#,
+        QUEUE,
+    )
+    .fetch_all(conn)
+    .await
+}
 
 /// Deletes up to `limit` of our messages that apalis is done with (done, killed, or failed for
 /// good) and that ended more than `age` ago; how many.

@@ -242,6 +242,14 @@ impl World {
                 let status = [200, 200, 403, 200, 200, 200];
                 (answer, expect_seen(status, "\"changed\":1", changed))
             }
+            ("GET", "/metrics") => (
+                response(c.get(self.url(path))).await,
+                expect_seen(
+                    [403, 403, 403, 200, 403, 401],
+                    "conveyor_jobs",
+                    [false, false, false, true, false, false],
+                ),
+            ),
             ("GET", "/api/audit") => (
                 response(c.get(self.url(path))).await,
                 expect([403, 403, 403, 200, 403, 401]),

@@ -24,6 +24,7 @@ mod job_list;
 mod job_trees;
 mod live_events;
 mod logs;
+mod metrics;
 mod progress_feed;
 mod schema_pins;
 mod streamed_sheets;

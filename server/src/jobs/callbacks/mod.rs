@@ -131,6 +131,7 @@ async fn send(
         Ok(response) if response.status().is_success() => {
             let status = response.status().as_u16();
             callbacks::record(pool, due, Outcome::Delivered { status }).await?;
+            crate::telemetry::callback_sent(true);
             return Ok(true);
         }
         Ok(response) => (
@@ -147,6 +148,7 @@ async fn send(
         horizon,
     };
     callbacks::record(pool, due, outcome).await?;
+    crate::telemetry::callback_sent(false);
     Ok(false)
 }
 

@@ -22,7 +22,9 @@ pub async fn round(pool: PgPool) -> Result<(), TaskError> {
     if !leadership::lead(&mut tx, Duty::LeaseRescue).await? {
         return Ok(());
     }
-    for expired in leases::free_expired(&mut tx, STOPPED).await? {
+    let freed = leases::free_expired(&mut tx, STOPPED).await?;
+    let rescued = freed.len();
+    for expired in freed {
         tracing::warn!(item = ?expired.item(), attempts = expired.attempts, "lease expired");
         if expired.attempts < expired.max_attempts {
             continue;
@@ -44,5 +46,6 @@ pub async fn round(pool: PgPool) -> Result<(), TaskError> {
         }
     }
     tx.commit().await?;
+    crate::telemetry::leases_rescued(rescued);
     Ok(())
 }
