@@ -98,6 +98,7 @@ bench: $(if $(filter xml,$(ONLY)),,tools)
 	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = admin ]; then python3 server/benches/console.py \
 	  --server "$(CURDIR)/target/release/server" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --pg-log "$(BENCH_PG_DIR)/log" \
+	  --dir "$(CURDIR)/target/bench" \
 	  $(if $(JOBS),--jobs $(JOBS)); fi
 	if [ -z "$(ONLY)" ]; then XLSX_ROWS="$(XLSX_ROWS)" $(XML_BENCH); fi
 

@@ -30,6 +30,12 @@ pub const DATASET_PAGE_ROWS: i64 = 20;
 pub trait PageData: Send + Sync {
     /// One job, or `None` when no job the reader may see has that id.
     async fn job(&self, me: Option<&Me>, id: Uuid) -> Result<Option<JobView>, String>;
+    /// One job's history, or `None` when no job the reader may see has that id.
+    async fn job_history(
+        &self,
+        me: Option<&Me>,
+        id: Uuid,
+    ) -> Result<Option<crate::history::JobHistory>, String>;
     /// A page of the jobs the reader may see that the query selects.
     async fn job_page(
         &self,
@@ -84,6 +90,17 @@ fn refuse(status: http::StatusCode, message: &str) -> ServerFnError {
 pub async fn get_job(id: Uuid) -> Result<Option<JobView>, ServerFnError> {
     store()?
         .job(reader().as_ref(), id)
+        .await
+        .map_err(ServerFnError::new)
+}
+
+/// One job's history (runs, changes of status, chunks, what it waits for).
+#[server(prefix = "/rpc", endpoint = "job_history")]
+pub async fn get_job_history(
+    id: Uuid,
+) -> Result<Option<crate::history::JobHistory>, ServerFnError> {
+    store()?
+        .job_history(reader().as_ref(), id)
         .await
         .map_err(ServerFnError::new)
 }

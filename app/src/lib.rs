@@ -3,6 +3,7 @@
 //! Layout:
 //! - [`model`]: the job types shared with the server (API JSON, SSE events, page data).
 //! - [`bulk`]: bulk actions on jobs and their audit log.
+//! - [`history`]: a job's history for operators (runs, changes of status, chunks, waiting).
 //! - [`job_list`]: the job list's filter, paging and counts (URLs, the API, the list page).
 //! - [`auth`]: who is asking (roles, the signed-in person), shared with the server.
 //! - [`api`]: the browser's calls to the JSON API.
@@ -16,6 +17,7 @@ pub mod api;
 pub mod auth;
 pub mod bulk;
 pub mod data;
+pub mod history;
 pub mod job_list;
 pub mod live;
 pub mod model;

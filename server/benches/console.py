@@ -9,7 +9,17 @@ errors), then times, on the release server with an admin's API token:
   - the server-rendered `/jobs` page;
 as p50 / p99 over many sequential requests, against the goal p99 < 50 ms. PostgreSQL's
 auto_explain logs the plan of every statement slower than 50 ms during the timings; the plans
-of the slowest are printed when the goal is missed.
+of the slowest are printed when the goal is missed. The server runs its workers, as in
+production (jobs are kept 400 days, so retention leaves the year of seeded jobs alone), and
+the timings start once they have folded the seed's count deltas.
+
+Then the live list's cost: an import of 1,000,000 rows runs with one stream open (its
+follower), then another with 100 more live job-list streams open, and for each the database
+transactions per second of the whole process and the reads made for the streams (from
+`/metrics`) are printed. The goal: the streams' reads do not grow with the viewers.
+
+`--seeded` skips the seed and uses the jobs already in the database (a developer re-running
+the timings; `make bench` always starts from a fresh database).
 
 The seed drops the job table's secondary indexes, inserts, and builds them again from their own
 definitions (`pg_indexes`): building an index once is many times faster than keeping ten of them
@@ -18,12 +28,15 @@ up to date row by row. Standard library only.
 
 import argparse
 import http.client
+import json
 import os
+import socket
 import statistics
 import sys
+import threading
 import time
 
-from imports import AUTH, Server, psql, sign_in
+from imports import AUTH, SCHEMA, Server, generate, psql, sign_in
 
 GOAL_MS = 50
 
@@ -116,6 +129,94 @@ def timed(conn, path, n):
     return statistics.median(times), times[max(0, -(-len(times) * 99 // 100) - 1)]
 
 
+def folded(url):
+    """Waits until the workers have folded every count delta; how many there were, and the
+    seconds it took."""
+    pending = int(one_value(url, "select count(*) from job_count_deltas"))
+    start = time.monotonic()
+    while one_value(url, "select count(*) from job_count_deltas") != "0":
+        if time.monotonic() - start > 600:
+            sys.exit("the count deltas were not folded within 10 minutes")
+        time.sleep(0.5)
+    return pending, time.monotonic() - start
+
+
+def scrape(port):
+    """`/metrics` as {series: value}."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/metrics", headers=AUTH)
+    response = conn.getresponse()
+    text = response.read().decode()
+    if response.status != 200:
+        sys.exit(f"GET /metrics answered {response.status}")
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            values[series] = float(value)
+    return values
+
+
+class ListStreams:
+    """`n` live job-list streams (`GET /api/jobs/events`), each read on its own thread, open
+    until closed; started once every one has had its first event."""
+
+    def __init__(self, port, n):
+        self.conns = []
+        ready = threading.Barrier(n + 1)
+        for _ in range(n):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
+            conn.request("GET", "/api/jobs/events", headers=AUTH)
+            response = conn.getresponse()
+            if response.status != 200:
+                sys.exit(f"a list stream answered {response.status}")
+            self.conns.append(conn)
+            threading.Thread(target=self.read, args=(response, ready), daemon=True).start()
+        ready.wait(timeout=120)
+
+    @staticmethod
+    def read(response, ready):
+        first = True
+        try:
+            while line := response.readline():
+                if first and line.startswith(b"data:"):
+                    first = False
+                    ready.wait(timeout=120)
+        except (OSError, ValueError, threading.BrokenBarrierError):
+            pass
+
+    def close(self):
+        for conn in self.conns:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
+
+def stream_cost(args, server, path, rows, streams):
+    """Runs an import of `path` with `streams` list streams open; the database transactions
+    per second, and the reads made for streams, during it."""
+    opened = ListStreams(server.port, streams) if streams else None
+    name = f"bench_streams_{streams}_{int(time.time())}"
+    server.post("/api/datasets", {"name": name, "columns": SCHEMA})
+    upload_id = server.upload(path)
+    xacts = "select xact_commit + xact_rollback from pg_stat_database where datname = current_database()"
+    before, xact_before, start = scrape(server.port), int(one_value(args.db_url, xacts)), time.monotonic()
+    server.run_job({"jobType": "import", "fileGuid": upload_id, "dataset": name}, rows)
+    seconds = time.monotonic() - start
+    # The statistics reach pg_stat_database within a second of each transaction.
+    time.sleep(1.5)
+    xact_after, after = int(one_value(args.db_url, xacts)), scrape(server.port)
+    if opened:
+        opened.close()
+    reads = {by: after.get(f'conveyor_progress_reads_total{{by="{by}"}}', 0)
+                 - before.get(f'conveyor_progress_reads_total{{by="{by}"}}', 0)
+             for by in ("views", "stream")}
+    return {"s": seconds, "xact_per_s": (xact_after - xact_before) / seconds,
+            "views_per_s": reads["views"] / seconds, "stream_reads": reads["stream"]}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True, help="the release server binary")
@@ -124,13 +225,20 @@ def main():
     parser.add_argument("--jobs", type=int, default=10_000_000)
     parser.add_argument("--requests", type=int, default=200, help="requests per measurement")
     parser.add_argument("--port", type=int, default=3400)
+    parser.add_argument("--dir", default="target/bench", help="where the import file goes")
+    parser.add_argument("--stream-rows", type=int, default=1_000_000)
+    parser.add_argument("--seeded", action="store_true", help="use the jobs already seeded")
     args = parser.parse_args()
 
-    print(f"Operations console: {args.jobs:,} jobs")
     # Signing in starts a server first, which migrates the database.
     sign_in(args, email="admin@bench.example", role="admin")
-    seconds = seed(args.db_url, args.jobs)
-    print(f"  seeded in {seconds:.0f} s (insert, then the indexes built, then vacuum analyze)")
+    if args.seeded:
+        args.jobs = int(one_value(args.db_url, "select count(*) from jobs"))
+        print(f"Operations console: {args.jobs:,} jobs (seeded before)")
+    else:
+        print(f"Operations console: {args.jobs:,} jobs")
+        seconds = seed(args.db_url, args.jobs)
+        print(f"  seeded in {seconds:.0f} s (insert, then the indexes built, then vacuum analyze)")
 
     # The skew gives owner 0 the most jobs (about 8%).
     heavy = one_value(args.db_url, "select email from bench_owners where oi = 0")
@@ -168,7 +276,9 @@ def main():
         alter database {database} set log_min_messages = 'log';""")
     log_from = os.path.getsize(args.pg_log) if os.path.exists(args.pg_log) else 0
     missed = []
-    with Server(args, workers=False) as server:
+    with Server(args, env={"CONVEYOR_RETAIN_JOBS_DAYS": "400", "CONVEYOR_MAX_STREAMS": "200"}) as server:
+        deltas, seconds = folded(args.db_url)
+        print(f"  the workers folded the seed's {deltas:,} count deltas in {seconds:.1f} s")
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
         print(f"  p50 / p99 over {args.requests} sequential requests each (goal: p99 < {GOAL_MS} ms)")
         for label, path in queries:
@@ -178,6 +288,20 @@ def main():
                 missed.append(label)
             print(f"    {label:<34} {p50:7.1f} ms {p99:7.1f} ms{mark}", flush=True)
         conn.close()
+
+        path = os.path.join(args.dir, f"streams-{args.stream_rows}.csv")
+        os.makedirs(args.dir, exist_ok=True)
+        generate(path, args.stream_rows)
+        print(f"  an import of {args.stream_rows:,} rows with live job-list streams open:")
+        costs = {}
+        for streams in (0, 100):
+            cost = costs[streams] = stream_cost(args, server, path, args.stream_rows, streams)
+            print(f"    {streams + 1:>3} streams: {cost['s']:5.1f} s, "
+                  f"{cost['xact_per_s']:6.1f} database transactions/s, "
+                  f"{cost['views_per_s']:5.2f} shared reads/s for the streams "
+                  f"{cost['stream_reads']:.0f} reads by streams for themselves", flush=True)
+        grew = costs[100]["views_per_s"] / max(costs[0]["views_per_s"], 0.01)
+        print(f"    shared reads per second with 101 streams / with 1: {grew:.2f} (goal: about 1)")
     if missed:
         with open(args.pg_log, errors="replace") as log:
             log.seek(log_from)

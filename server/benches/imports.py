@@ -131,10 +131,10 @@ SCHEMA = [
 class Server:
     """The release server on its own port, for one measurement (its peak RSS is the run's)."""
 
-    def __init__(self, args, workers=True):
+    def __init__(self, args, workers=True, env=None):
         self.port = args.port
         env = dict(os.environ, DATABASE_URL=args.db_url, LEPTOS_SITE_ADDR=f"127.0.0.1:{args.port}",
-                   CONVEYOR_MAX_UPLOAD_BYTES=str(4 << 30), RUST_LOG="warn")
+                   CONVEYOR_MAX_UPLOAD_BYTES=str(4 << 30), RUST_LOG="warn", **(env or {}))
         if not workers:
             env["CONVEYOR_NO_WORKERS"] = "1"
         self.process = subprocess.Popen([args.server, "serve"], env=env)

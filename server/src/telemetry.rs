@@ -18,6 +18,7 @@
 //! | `conveyor_leases_rescued_total` | counter | |
 //! | `conveyor_callbacks_total` | counter | `outcome` (`delivered`, `failed`) |
 //! | `conveyor_sse_clients` | gauge: live event streams open | |
+//! | `conveyor_progress_reads_total` | counter: reads of jobs for live streams | `by` (`views`: the process's one reader, per change burst; `stream`: a stream's own first read or resync) |
 //! | `conveyor_http_requests_total` | counter | `method`, `route`, `status` |
 //! | `conveyor_http_request_duration_seconds` | histogram (to the response's head) | `method`, `route` |
 //! | `conveyor_db_connections` | gauge | `pool` (`http`, `workers`), `state` (`in_use`, `idle`) |
@@ -25,6 +26,7 @@
 
 use std::{sync::OnceLock, time::Duration};
 
+use app::history::RunOutcome;
 use metrics::{
     Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
 };
@@ -98,6 +100,11 @@ fn describe() {
     describe_gauge!(
         "conveyor_sse_clients",
         "Live event streams open in this process."
+    );
+    describe_counter!(
+        "conveyor_progress_reads_total",
+        "Reads of jobs for live streams: by the shared reader (one per change burst) or by a \
+         stream for itself (its first read, a resync)."
     );
     describe_counter!(
         "conveyor_http_requests_total",
@@ -176,31 +183,8 @@ pub fn http_response(method: &str, route: &str, status: u16, took: Duration) {
         .record(took.as_secs_f64());
 }
 
-/// How a task run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Ok,
-    /// Failed; runs again after a backoff (or fails its item out of attempts).
-    Retry,
-    /// Refused: the job fails with the reason.
-    Refused,
-    /// Stopped: cancelled, lease lost, or shutting down.
-    Stopped,
-}
-
-impl Outcome {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::Retry => "retry",
-            Self::Refused => "refused",
-            Self::Stopped => "stopped",
-        }
-    }
-}
-
 /// One task run that held its item's lease.
-pub fn task_ran(task: &'static str, outcome: Outcome, took: Duration) {
+pub fn task_ran(task: &'static str, outcome: RunOutcome, took: Duration) {
     counter!("conveyor_task_runs_total", "task" => task, "outcome" => outcome.as_str())
         .increment(1);
     histogram!("conveyor_task_duration_seconds", "task" => task).record(took.as_secs_f64());
@@ -226,4 +210,22 @@ pub fn callback_sent(delivered: bool) {
 /// A live event stream opened (`+1`) or closed (`-1`).
 pub fn sse_clients(change: f64) {
     gauge!("conveyor_sse_clients").increment(change);
+}
+
+/// Who read jobs for live streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadBy {
+    /// The process's one reader of changed jobs (`progress::views`).
+    Views,
+    /// One stream, for itself (`progress::feed`).
+    Stream,
+}
+
+/// One read of jobs for live streams.
+pub fn progress_read(by: ReadBy) {
+    let by = match by {
+        ReadBy::Views => "views",
+        ReadBy::Stream => "stream",
+    };
+    counter!("conveyor_progress_reads_total", "by" => by).increment(1);
 }

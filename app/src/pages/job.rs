@@ -9,7 +9,7 @@ use crate::{
     data::get_job,
     live,
     model::{JobKind, JobStatus, JobView, count_of, dataset_href, owner_label, thousands},
-    pages::{NotFound, controls::JobControls},
+    pages::{NotFound, controls::JobControls, job_history::History},
     session::use_session,
 };
 
@@ -214,5 +214,7 @@ fn LiveJob(job: JobView) -> impl IntoView {
             </Show>
             <p class="muted">"Job " {id.to_string()}</p>
         </section>
+        <History id state />
     }
+    .into_any()
 }

@@ -4,6 +4,7 @@ pub mod account;
 pub mod controls;
 pub mod datasets;
 pub mod job;
+pub mod job_history;
 pub mod jobs;
 pub mod sign_in;
 pub mod upload;

@@ -22,6 +22,7 @@ use crate::{
     },
     spreadsheet::schema,
     store::{
+        history,
         job_list::{self, Owners},
         jobs::{self, Options},
     },
@@ -29,6 +30,7 @@ use crate::{
 
 static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 use app::{
+    history::JobHistory,
     job_list::{JobPage, ListQuery},
     model::{ExportFormat, JobView},
 };
@@ -353,6 +355,19 @@ pub async fn show(
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Json<JobView>, ApiError> {
     visible_job(&state, &caller, id).await.map(Json)
+}
+
+/// `GET /api/jobs/{id}/history`: its changes of status, runs, chunks and what it waits for.
+pub async fn history(
+    State(state): State<AppState>,
+    caller: Caller,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<Json<JobHistory>, ApiError> {
+    let id = job_id(id)?;
+    history::read(&state.pool, id, caller.sees())
+        .await?
+        .map(Json)
+        .ok_or_else(|| no_such_job(id))
 }
 
 /// The job, if the caller may see it; a 404 otherwise, as for a missing one.

@@ -170,6 +170,7 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
             Anyone,
             events::one_job,
         ),
+        Endpoint::new(get.clone(), "/api/jobs/{id}/history", Anyone, jobs::history),
         Endpoint::new(post.clone(), "/api/jobs/{id}/cancel", Anyone, jobs::cancel),
         Endpoint::new(post.clone(), "/api/jobs/{id}/retry", Anyone, jobs::retry),
         Endpoint::new(post.clone(), "/api/jobs/{id}/seal", Anyone, jobs::seal),

@@ -7,6 +7,7 @@ use app::{
     App,
     auth::{Me, SessionView, TokenView, UserView},
     data::{PageData, Store},
+    history::JobHistory,
     job_list::{JobPage, ListQuery},
     model::{DatasetView, JobView},
     shell,
@@ -29,7 +30,7 @@ use crate::{
     config::{AuthArgs, AuthMode},
     incident,
     store::{
-        datasets,
+        datasets, history,
         job_list::{self, Owners},
         jobs, sessions, users,
     },
@@ -49,6 +50,12 @@ fn text(err: sqlx::Error) -> String {
 impl PageData for PgPageData {
     async fn job(&self, me: Option<&Me>, id: Uuid) -> Result<Option<JobView>, String> {
         jobs::find(&self.pool, id, Sees::of(me)).await.map_err(text)
+    }
+
+    async fn job_history(&self, me: Option<&Me>, id: Uuid) -> Result<Option<JobHistory>, String> {
+        history::read(&self.pool, id, Sees::of(me))
+            .await
+            .map_err(text)
     }
 
     async fn job_page(&self, me: Option<&Me>, query: &ListQuery) -> Result<JobPage, String> {

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use apalis::prelude::{BackendExt, BoxDynError, Data, Strategy, WorkerBuilder, WorkerBuilderExt};
 use apalis_postgres::{Config, PostgresStorage, Pubsub};
+use app::history::RunOutcome;
 use tokio::task::JoinSet;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
@@ -34,12 +35,13 @@ use crate::{
     config::WorkerArgs,
     incident,
     store::{
+        history,
         leases::{self, AfterFailure, Item, Lease},
         notify,
         queue::{QUEUE, TaskMsg},
         states,
     },
-    telemetry::{self, Outcome},
+    telemetry,
 };
 
 /// Runs workers and the maintenance duties until `shutdown` fires, then drains (see the module docs).
@@ -231,20 +233,20 @@ impl Runner {
             .and_then(|result| result);
         heartbeat.abort();
         let outcome = match &ended {
-            Ok(()) => Outcome::Ok,
-            Err(_) if stop.is_cancelled() => Outcome::Stopped,
-            Err(TaskError::Stopped) => Outcome::Stopped,
-            Err(TaskError::Refused(_)) => Outcome::Refused,
-            Err(TaskError::Retry(_)) => Outcome::Retry,
+            Ok(()) => RunOutcome::Ok,
+            Err(_) if stop.is_cancelled() => RunOutcome::Stopped,
+            Err(TaskError::Stopped) => RunOutcome::Stopped,
+            Err(TaskError::Refused(_)) => RunOutcome::Refused,
+            Err(TaskError::Retry(_)) => RunOutcome::Retry,
         };
         telemetry::task_ran(task.kind(), outcome, started.elapsed());
-        let recorded = match ended {
-            Ok(()) | Err(TaskError::Stopped) => leases::release(pool, &lease).await,
+        let (recorded, error) = match ended {
+            Ok(()) | Err(TaskError::Stopped) => (leases::release(pool, &lease).await, None),
             // Whatever a run told to stop says, it was the stop: the attempt does not count.
-            Err(_) if stop.is_cancelled() => leases::release(pool, &lease).await,
+            Err(_) if stop.is_cancelled() => (leases::release(pool, &lease).await, None),
             Err(TaskError::Refused(reason)) => {
                 match super::fail(pool, lease.item.job_id(), &reason).await {
-                    Ok(()) => leases::release(pool, &lease).await,
+                    Ok(()) => (leases::release(pool, &lease).await, Some(reason)),
                     // Not recorded: an attempt like any other failure, so the refusal comes
                     // again after the backoff.
                     Err(err) => self.record_failure(&lease, &task, &err.into()).await,
@@ -252,28 +254,34 @@ impl Runner {
             }
             Err(err @ TaskError::Retry(_)) => self.record_failure(&lease, &task, &err).await,
         };
-        if let Err(err) = recorded {
+        let history = history::end_run(pool, &lease.owner, outcome, error.as_deref());
+        if let Err(err) = recorded.and(history.await) {
             // The lease runs out and `maintenance::lease_rescue` frees the item.
             tracing::warn!(?task, "could not record the end of a run: {err}");
         }
     }
 
     /// Frees the item after a backoff, or, out of attempts, fails the chunk (or the job, for
-    /// its plan or finish).
+    /// its plan or finish); with what people are told of the failure.
     async fn record_failure(
         &self,
         lease: &Lease,
         task: &TaskMsg,
         err: &TaskError,
-    ) -> sqlx::Result<()> {
+    ) -> (sqlx::Result<()>, Option<String>) {
         // People see the reference; the log has the cause.
         let reference = incident::warning(
             &format!("run of {task:?} failed (attempt {})", lease.attempt),
             err,
         );
         let error = reference.sentence();
+        let recorded = self.record_attempt(lease, task, &error).await;
+        (recorded, Some(error))
+    }
+
+    async fn record_attempt(&self, lease: &Lease, task: &TaskMsg, error: &str) -> sqlx::Result<()> {
         let mut tx = self.engine.pool.begin().await?;
-        let after = leases::record_failure(&mut tx, lease, &error, backoff(lease.attempt)).await?;
+        let after = leases::record_failure(&mut tx, lease, error, backoff(lease.attempt)).await?;
         if after == AfterFailure::OutOfAttempts {
             let job_id = lease.item.job_id();
             let version = match lease.item {

@@ -135,6 +135,7 @@ pub fn follow_seen(
 
 /// Everything the stream shows: its job, or the newest jobs, oldest first.
 async fn read(pool: &PgPool, scope: Scope, sees: Sees) -> sqlx::Result<Vec<JobView>> {
+    crate::telemetry::progress_read(crate::telemetry::ReadBy::Stream);
     match scope {
         Scope::One(id) => Ok(jobs::find(pool, id, sees).await?.into_iter().collect()),
         Scope::All => {

@@ -124,6 +124,7 @@ impl Views {
             let ids: Vec<Uuid> = ids.into_iter().collect();
             for some in ids.chunks(READ_AT_ONCE) {
                 self.reads.fetch_add(1, Ordering::Relaxed);
+                crate::telemetry::progress_read(crate::telemetry::ReadBy::Views);
                 match jobs::find_many(&pool, some, Sees::Everything).await {
                     Ok(views) => {
                         for view in views {

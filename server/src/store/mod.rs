@@ -10,6 +10,7 @@ pub mod chunks;
 pub mod datasets;
 pub mod errors;
 pub mod exports;
+pub mod history;
 pub mod job_counts;
 pub mod job_list;
 pub mod jobs;

@@ -1,5 +1,5 @@
 //! Retention: what finished jobs leave behind is deleted after a while, so no table grows
-//! without bound. A finished job's items (its chunks, row errors, export parts, and the files
+//! without bound. A finished job's items (its chunks and their runs, row errors, export parts, and the files
 //! it read or wrote) go after `items_age`; its summary row after `jobs_age`. Uploads no job
 //! uses and finished queue messages go after `items_age` too. Sessions go once expired (or
 //! idle past their timeout), and
@@ -58,6 +58,7 @@ pub async fn prune(
     .await?;
     sqlx::query!(
         "with chunks as (delete from job_chunks where job_id = any($1)),
+              runs as (delete from job_runs where job_id = any($1)),
               errors as (delete from job_errors where job_id = any($1))
          delete from export_parts where job_id = any($1)",
         &claimed,

@@ -219,6 +219,10 @@ impl World {
                 response(c.get(self.url(&format!("/api/jobs/{import}")))).await,
                 expect_seen(READ, MARK, SEES_A),
             ),
+            ("GET", "/api/jobs/{id}/history") => (
+                response(c.get(self.url(&format!("/api/jobs/{import}/history")))).await,
+                expect_seen(READ, "transitions", SEES_A),
+            ),
             ("GET", "/api/jobs/{id}/events") => (
                 response(c.get(self.url(&format!("/api/jobs/{import}/events")))).await,
                 expect(READ),
@@ -412,6 +416,10 @@ impl World {
                 call(format!("id={}", self.import.id)).await,
                 expect_seen(EVERYONE, MARK, SEES_A),
             ),
+            "/rpc/job_history" => (
+                call(format!("id={}", self.import.id)).await,
+                expect_seen(EVERYONE, "transitions", SEES_A),
+            ),
             "/rpc/jobs" => (
                 call("query=".to_owned()).await,
                 expect_seen(EVERYONE, MARK, SEES_A),
@@ -523,7 +531,7 @@ async fn every_route_answers_each_role_as_it_should() {
     }
 
     let functions = rpc_paths();
-    assert_eq!(functions.len(), 7, "{functions:?}");
+    assert_eq!(functions.len(), 8, "{functions:?}");
     for path in &functions {
         for who in 0..WHO.len() {
             let (response, expect) = world.probe_rpc(path, who).await;

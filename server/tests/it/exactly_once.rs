@@ -138,5 +138,18 @@ async fn a_worker_killed_mid_job_leaves_exact_counts() {
     );
     assert_eq!(done.chunks_done, (ROWS / CHUNK_ROWS) as i32);
     assert_eq!(stored_rows(&db.pool, job.id).await, (rows, rows));
+    // Every run ended: the killed workers' runs as lost (by lease rescue, or by the worker
+    // that took the expired lease over).
+    // (Read from the table: the history shows the newest 200 runs of this job's 300 parts.)
+    let (open, lost): (i64, i64) = sqlx::query_as(
+        "select count(*) filter (where ended_at is null), count(*) filter (where outcome = 'lost')
+         from job_runs where job_id = $1",
+    )
+    .bind(job.id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(open, 0, "every run ended");
+    assert!(lost >= 1, "the killed workers' runs are lost");
     server.stop().await;
 }

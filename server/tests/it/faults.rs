@@ -11,7 +11,10 @@ use crate::support::{
     Cluster, TestDb, TestServer, WorkerProcess, completed_exactly, csv, drop_trigger,
     install_trigger, stored_rows, until, worker_args,
 };
-use app::model::JobStatus;
+use app::{
+    history::{JobHistory, RunOutcome},
+    model::JobStatus,
+};
 use reqwest::StatusCode;
 use serde_json::json;
 use uuid::Uuid;
@@ -147,6 +150,34 @@ async fn a_part_that_keeps_failing_is_retried_then_failed_and_retry_runs_only_it
         log.lines()
             .any(|line| line.contains(reference) && line.contains("the disk is on fire")),
         "the reference {reference} and the cause are in the log:\n{log}"
+    );
+    // Its history: three failed runs of part 3, each with what people were told.
+    let history: JobHistory = server
+        .get_json(&format!("/api/jobs/{}/history", job.id))
+        .await;
+    let part_3: Vec<_> = history.runs.iter().filter(|r| r.part == Some(3)).collect();
+    assert_eq!(part_3.len(), 3, "{:?}", history.runs);
+    for (n, run) in part_3.iter().enumerate() {
+        assert_eq!(run.attempt, n as i32 + 1);
+        assert_eq!(run.outcome, Some(RunOutcome::Retry));
+        assert!(
+            run.error
+                .as_deref()
+                .is_some_and(|e| e.contains("reference "))
+        );
+    }
+    assert_eq!(part_3[2].error.as_deref(), Some(shown));
+    let [chunk] = history.chunks.notable.as_slice() else {
+        panic!("part 3 alone is worth a look: {:?}", history.chunks)
+    };
+    assert_eq!(
+        (chunk.part, chunk.state.as_str(), chunk.attempts),
+        (3, "failed", 3)
+    );
+    assert_eq!(history.chunks.failed, 1);
+    assert_eq!(
+        history.transitions.last().map(|t| t.to),
+        Some(JobStatus::Failed)
     );
 
     drop_trigger(&db).await;

@@ -18,6 +18,7 @@ mod exactly_once;
 mod exports;
 mod faults;
 mod health;
+mod history;
 mod hostile_files;
 mod hostile_requests;
 mod job_list;

@@ -7,14 +7,12 @@ use sqlx::PgPool;
 use crate::{
     jobs::TaskError,
     store::{
+        history::{self, WORKER_LOST},
         leadership::{self, Duty},
         leases::{self, Item},
         notify, states,
     },
 };
-
-const STOPPED: &str =
-    "The worker running this stopped responding (it crashed, was killed, or lost the database).";
 
 /// One round, in one transaction; nothing when another process leads it.
 pub async fn round(pool: PgPool) -> Result<(), TaskError> {
@@ -22,7 +20,8 @@ pub async fn round(pool: PgPool) -> Result<(), TaskError> {
     if !leadership::lead(&mut tx, Duty::LeaseRescue).await? {
         return Ok(());
     }
-    let freed = leases::free_expired(&mut tx, STOPPED).await?;
+    let freed = leases::free_expired(&mut tx, WORKER_LOST).await?;
+    history::lose_runs(&mut tx, &freed, WORKER_LOST).await?;
     let rescued = freed.len();
     for expired in freed {
         tracing::warn!(item = ?expired.item(), attempts = expired.attempts, "lease expired");

@@ -1,0 +1,161 @@
+//! A job's history (`app::history`): the runs of its items, written where leases are taken
+//! (`leases::acquire`) and ended here; its changes of status, written by a trigger (migration
+//! 17); and the reads that put them together with its chunks and what it waits for.
+
+use app::history::{Chunk, Chunks, JobHistory, Run, RunOutcome, Transition, Waiting};
+use app::model::JobStatus;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use super::{queue, states::LIVE};
+use crate::{auth::Sees, store::states::Expired};
+
+/// Why a run ended as lost (and its item's last error, when lease rescue freed it).
+pub const WORKER_LOST: &str =
+    "The worker running this stopped responding (it crashed, was killed, or lost the database).";
+
+/// Ends a run (`run`: its lease owner) with how it went.
+pub async fn end_run(
+    pool: &PgPool,
+    run: &str,
+    outcome: RunOutcome,
+    error: Option<&str>,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "update job_runs set ended_at = now(), outcome = $2, error = $3
+         where run = $1 and ended_at is null",
+        run,
+        outcome as RunOutcome,
+        error,
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Ends, as lost, the runs of items whose lease expired (in lease rescue's transaction).
+pub async fn lose_runs(
+    conn: &mut PgConnection,
+    expired: &[Expired],
+    reason: &str,
+) -> sqlx::Result<()> {
+    if expired.is_empty() {
+        return Ok(());
+    }
+    let jobs: Vec<Uuid> = expired.iter().map(|e| e.job_id).collect();
+    let chunks: Vec<i32> = expired.iter().map(|e| e.chunk_no.unwrap_or(-1)).collect();
+    sqlx::query!(
+        "update job_runs r set ended_at = now(), outcome = 'lost', error = $3
+         from unnest($1::uuid[], $2::int[]) as e(job_id, chunk_no)
+         where r.job_id = e.job_id and coalesce(r.chunk_no, -1) = e.chunk_no
+           and r.ended_at is null",
+        &jobs,
+        &chunks,
+        reason,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The history of a job `sees` covers; `None` when there is no such job.
+pub async fn read(pool: &PgPool, job_id: Uuid, sees: Sees) -> sqlx::Result<Option<JobHistory>> {
+    let mut conn = pool.acquire().await?;
+    let visible = sqlx::query_scalar!(
+        r#"select exists (select 1 from jobs where id = $1 and ($2::uuid is null or owner = $2))
+           as "visible!""#,
+        job_id,
+        sees.owner_filter(),
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if !visible {
+        return Ok(None);
+    }
+    let transitions = sqlx::query_as!(
+        Transition,
+        r#"select at, from_status as "from: JobStatus", to_status as "to: JobStatus"
+           from job_transitions where job_id = $1 order by id"#,
+        job_id
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut runs = sqlx::query_as!(
+        Run,
+        r#"select chunk_no + 1 as part, attempt, split_part(run, '/', 1) as "worker!",
+                  started_at, ended_at, outcome as "outcome: RunOutcome", error
+           from job_runs where job_id = $1
+           order by started_at desc limit $2"#,
+        job_id,
+        JobHistory::RUNS,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    runs.reverse();
+    let counts = sqlx::query!(
+        r#"select count(*) filter (where state = 'pending') as "pending!",
+                  count(*) filter (where state = 'done') as "done!",
+                  count(*) filter (where state = 'failed') as "failed!"
+           from job_chunks where job_id = $1"#,
+        job_id
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let notable = sqlx::query_as!(
+        Chunk,
+        r#"select chunk_no + 1 as "part!", first_row, row_count, state::text as "state!",
+                  attempts, split_part(lease_owner, '/', 1) as leased_by, last_error
+           from job_chunks
+           where job_id = $1 and (state <> 'done' or attempts > 1)
+           order by chunk_no limit $2"#,
+        job_id,
+        Chunks::SHOWN,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let waiting = waiting(&mut conn, job_id).await?;
+    Ok(Some(JobHistory {
+        transitions,
+        runs,
+        chunks: Chunks {
+            pending: counts.pending,
+            done: counts.done,
+            failed: counts.failed,
+            notable,
+        },
+        waiting,
+    }))
+}
+
+/// What a waiting job waits for; `None` when it is not waiting.
+async fn waiting(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<Option<Waiting>> {
+    let Some(job) = sqlx::query!(
+        // Keys are stored as `<owner>:<key>` (`jobs::create`); people gave only the key.
+        r#"select j.attempts, j.run_after,
+                  substr(j.serialize_key, length(j.owner::text) + 2) as key,
+                  (select o.id from jobs o
+                   where o.serialize_key = j.serialize_key and o.status = any($3) and o.seq < j.seq
+                   order by o.seq limit 1) as ahead
+           from jobs j where j.id = $1 and j.status = $2"#,
+        job_id,
+        JobStatus::Waiting as JobStatus,
+        &LIVE[..] as &[JobStatus],
+    )
+    .fetch_optional(&mut *conn)
+    .await?
+    else {
+        return Ok(None);
+    };
+    if let (Some(id), Some(key)) = (job.ahead, job.key) {
+        return Ok(Some(Waiting::BehindJob { id, key }));
+    }
+    if job.attempts > 0 && job.run_after > chrono::Utc::now() {
+        return Ok(Some(Waiting::RetryAt { at: job.run_after }));
+    }
+    let due = queue::backlog(conn)
+        .await?
+        .iter()
+        .map(|due| due.count)
+        .sum();
+    Ok(Some(Waiting::Queue { due }))
+}

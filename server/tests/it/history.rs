@@ -1,0 +1,92 @@
+//! A job's history (`GET /api/jobs/{id}/history`): what a waiting job waits for, its changes
+//! of status, and each run of its plan and parts by a real worker process. Failed and lost runs
+//! are checked where those faults are made (`faults`, `exactly_once`).
+
+use app::{
+    history::{JobHistory, RunOutcome, Waiting},
+    model::JobStatus,
+};
+use reqwest::StatusCode;
+
+use crate::support::{TestDb, TestServer, WorkerProcess, csv};
+
+#[tokio::test]
+async fn history_shows_what_a_job_waits_for_then_its_runs_and_changes_of_status() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    // Two imports into one dataset: the second waits for the first (one serialize key).
+    let first = server.import("a.csv", csv(250), "people").await;
+    let second = server.import("b.csv", csv(10), "people").await;
+    let history = |id: uuid::Uuid| {
+        let server = &server;
+        async move {
+            server
+                .get_json::<JobHistory>(&format!("/api/jobs/{id}/history"))
+                .await
+        }
+    };
+
+    let waits = history(second.id).await;
+    assert_eq!(
+        waits.waiting,
+        Some(Waiting::BehindJob {
+            id: first.id,
+            key: "dataset:people".into()
+        })
+    );
+    assert!(waits.runs.is_empty() && waits.transitions.is_empty());
+    // The first waits for a worker: its plan is due in the queue.
+    match history(first.id).await.waiting {
+        Some(Waiting::Queue { due }) => assert!(due >= 1, "{due}"),
+        other => panic!("waiting for a worker: {other:?}"),
+    }
+    // Nobody else sees it.
+    let stranger = TestServer::new_client();
+    let refused = stranger
+        .get(server.url(&format!("/api/jobs/{}/history", first.id)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::NOT_FOUND);
+
+    let _worker = WorkerProcess::start(&db, 100);
+    assert_eq!(server.finished(first.id).await.status, JobStatus::Completed);
+    assert_eq!(
+        server.finished(second.id).await.status,
+        JobStatus::Completed
+    );
+    let done = history(first.id).await;
+    assert_eq!(done.waiting, None);
+    let moves: Vec<_> = done.transitions.iter().map(|t| (t.from, t.to)).collect();
+    assert_eq!(
+        moves,
+        [
+            (JobStatus::Waiting, JobStatus::Running),
+            (JobStatus::Running, JobStatus::Completed)
+        ]
+    );
+    assert!(done.transitions[0].at <= done.transitions[1].at);
+    // The plan, then its three parts, each once, by the worker, all done.
+    let mut items: Vec<_> = done.runs.iter().map(|run| run.part).collect();
+    items.sort();
+    assert_eq!(items, [None, Some(1), Some(2), Some(3)]);
+    for run in &done.runs {
+        assert_eq!(
+            (run.attempt, run.outcome),
+            (1, Some(RunOutcome::Ok)),
+            "{run:?}"
+        );
+        assert!(run.ended_at.is_some_and(|end| end >= run.started_at));
+        assert!(
+            !run.worker.is_empty() && !run.worker.contains('/'),
+            "{run:?}"
+        );
+        assert_eq!(run.error, None);
+    }
+    assert_eq!(
+        (done.chunks.done, done.chunks.pending, done.chunks.failed),
+        (3, 0, 0)
+    );
+    assert!(done.chunks.notable.is_empty());
+    server.stop().await;
+}
