@@ -46,7 +46,7 @@ impl RunOutcome {
     pub fn label(self) -> &'static str {
         match self {
             Self::Ok => "done",
-            Self::Retry => "failed, retried",
+            Self::Retry => "failed",
             Self::Refused => "refused",
             Self::Stopped => "stopped",
             Self::Lost => "worker lost",
@@ -71,8 +71,8 @@ pub struct Run {
     /// 1-based part number; `None` for the job's own step.
     pub part: Option<i32>,
     pub attempt: i32,
-    /// The worker process (`<host>-<pid>-<random>`).
-    pub worker: String,
+    /// The worker process (`<host>-<pid>-<random>`), for operators only.
+    pub worker: Option<String>,
     pub started_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
     /// `None` while it runs.
@@ -106,7 +106,7 @@ pub struct Chunk {
     /// `pending`, `done` or `failed`.
     pub state: String,
     pub attempts: i32,
-    /// The run holding it now, if any.
+    /// The worker holding it now, if any (for operators only).
     pub leased_by: Option<String>,
     pub last_error: Option<String>,
 }
@@ -134,8 +134,9 @@ pub enum Waiting {
     BehindJob { id: Uuid, key: String },
     /// Its last attempt to start failed; it tries again then.
     RetryAt { at: DateTime<Utc> },
-    /// A worker has yet to take it: this many tasks are due in the queue (its own included).
-    Queue { due: i64 },
+    /// A worker has yet to take it; operators see how many tasks are due in the queue (its own
+    /// included).
+    Queue { due: Option<i64> },
 }
 
 impl Waiting {
@@ -148,7 +149,8 @@ impl Waiting {
                 "Its last attempt to start failed; it tries again at {}.",
                 at.format("%H:%M:%S UTC")
             ),
-            Self::Queue { due } => format!(
+            Self::Queue { due: None } => "Waits for a free worker.".to_owned(),
+            Self::Queue { due: Some(due) } => format!(
                 "Waits for a free worker: {due} task{} due in the queue.",
                 if *due == 1 { " is" } else { "s are" }
             ),

@@ -233,6 +233,35 @@ pub struct JobView {
     /// Where the job's final state is POSTed once it ends, and how that went.
     #[serde(default)]
     pub callback: Option<CallbackView>,
+    /// For a failure that would fail the same way again: what fixes it (offered instead of
+    /// Retry, which is refused).
+    #[serde(default)]
+    pub remedy: Option<Remedy>,
+}
+
+/// What fixes a failure that another attempt would repeat.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Remedy {
+    /// The workbook has no sheet of the name asked for: import one of its sheets (the same
+    /// upload, `file_guid`) instead.
+    #[serde(rename_all = "camelCase")]
+    OtherSheet {
+        sheets: Vec<String>,
+        file_guid: Uuid,
+    },
+    /// The dataset has more rows than an Excel sheet holds: export it as CSV.
+    ExportCsv,
+}
+
+impl Remedy {
+    /// The action that fixes it, as its button says.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Self::OtherSheet { .. } => "Choose another sheet",
+            Self::ExportCsv => "Export as CSV",
+        }
+    }
 }
 
 /// A job's completion callback.
@@ -507,6 +536,7 @@ mod tests {
             owner: Uuid::nil(),
             owner_email: None,
             callback: None,
+            remedy: None,
         }
     }
 

@@ -40,6 +40,8 @@ test('a part that fails every attempt is listed on the job page, and Retry runs 
   await page.goto(`/jobs/${jobId}`);
   await expectHydrated(page);
   const job = new JobPage(page);
+  // No worker yet: the history says what the job waits for.
+  await expect(page.getByTestId('job-waiting')).toContainText('Waits for a free worker');
   worker = await Worker.start(app);
   await expect(job.message).toHaveText(/^Job failed: 1 of 1 parts could not be processed/, {
     timeout: 60_000,
@@ -52,6 +54,16 @@ test('a part that fails every attempt is listed on the job page, and Retry runs 
     /Something went wrong on our side \(reference [0-9a-f]{8}\)\./,
   );
   await expect(parts.first()).not.toContainText('fire');
+  // The history follows the job: its changes of status, and the run that failed, by which
+  // worker, with the same words.
+  const history = page.getByTestId('job-history');
+  await expect(page.getByTestId('job-waiting')).toHaveCount(0);
+  await expect(page.getByTestId('job-timeline')).toContainText('running → failed');
+  const failedRun = history.locator('[data-testid="history-run"][data-outcome="failed"]');
+  await expect(failedRun).toHaveCount(1);
+  await expect(failedRun).toContainText('part 1');
+  await expect(failedRun).toContainText(/reference [0-9a-f]{8}/);
+  await expect(page.getByTestId('history-parts')).toContainText('0 done, 0 to do, 1 failed.');
 
   // The disk is fixed: Retry runs the part again, and the job completes.
   app.sql('drop trigger e2e_poison on dataset_rows');
@@ -59,4 +71,8 @@ test('a part that fails every attempt is listed on the job page, and Retry runs 
   await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
   await expect(job.rows).toHaveText('2 of 2 rows');
   await expect(parts).toHaveCount(0);
+  await expect(page.getByTestId('job-timeline')).toContainText('running → completed');
+  await expect(
+    history.locator('[data-testid="history-run"][data-outcome="done"]').filter({ hasText: 'part 1' }),
+  ).toHaveCount(1);
 });

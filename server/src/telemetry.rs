@@ -4,7 +4,7 @@
 //! event calls one function of this module. Events are counted by the process that sees them
 //! (a scraper sums the processes); the state of the database (jobs per status, the queue's
 //! backlog and lag) is read when scraped ([`render`]), so any one process answers for the whole
-//! deployment. The recorder is the `metrics` crate's, rendered by
+//! deployment (aggregate those with `max`, not `sum`). The recorder is the `metrics` crate's, rendered by
 //! `metrics-exporter-prometheus`; it is installed once per process, on first use.
 //!
 //! | metric | type | labels |
@@ -27,6 +27,7 @@
 use std::{sync::OnceLock, time::Duration};
 
 use app::history::RunOutcome;
+use axum::http::Method;
 use metrics::{
     Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
 };
@@ -172,9 +173,20 @@ pub fn watch(label: &'static str, pool: PgPool, shutdown: CancellationToken) {
     });
 }
 
-/// One HTTP response: `route` is the route's pattern (`/api/jobs/{id}`), never the path, so
-/// the series stay few.
-pub fn http_response(method: &str, route: &str, status: u16, took: Duration) {
+/// One HTTP response: `route` is the route's pattern (`/api/jobs/{id}`), never the path, and
+/// `method` one of the standard ones or `other`, so the series stay few.
+pub fn http_response(method: &Method, route: &str, status: u16, took: Duration) {
+    // Any other method a client makes up counts as one, so it adds no series.
+    let method = match *method {
+        Method::GET
+        | Method::HEAD
+        | Method::POST
+        | Method::PUT
+        | Method::PATCH
+        | Method::DELETE
+        | Method::OPTIONS => method.as_str(),
+        _ => "other",
+    };
     let (method, route) = (method.to_owned(), route.to_owned());
     counter!("conveyor_http_requests_total", "method" => method.clone(), "route" => route.clone(),
              "status" => status.to_string())
@@ -207,9 +219,20 @@ pub fn callback_sent(delivered: bool) {
     counter!("conveyor_callbacks_total", "outcome" => outcome).increment(1);
 }
 
-/// A live event stream opened (`+1`) or closed (`-1`).
-pub fn sse_clients(change: f64) {
-    gauge!("conveyor_sse_clients").increment(change);
+/// One open live event stream, counted in `conveyor_sse_clients` until dropped.
+pub struct SseClient(());
+
+impl SseClient {
+    pub fn open() -> Self {
+        gauge!("conveyor_sse_clients").increment(1.0);
+        Self(())
+    }
+}
+
+impl Drop for SseClient {
+    fn drop(&mut self) {
+        gauge!("conveyor_sse_clients").decrement(1.0);
+    }
 }
 
 /// Who read jobs for live streams.

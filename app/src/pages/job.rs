@@ -9,7 +9,11 @@ use crate::{
     data::get_job,
     live,
     model::{JobKind, JobStatus, JobView, count_of, dataset_href, owner_label, thousands},
-    pages::{NotFound, controls::JobControls, job_history::History},
+    pages::{
+        NotFound,
+        controls::{Fix, JobControls},
+        job_history::History,
+    },
     session::use_session,
 };
 
@@ -200,9 +204,17 @@ fn LiveJob(job: JobView) -> impl IntoView {
                     })
             }}
             <FailedParts state />
+            <Fix job=state />
             <Callback state />
             <p class="actions">
-                <JobControls id status=Signal::derive(status) owner on_changed batch=is_batch />
+                <JobControls
+                    id
+                    status=Signal::derive(status)
+                    owner
+                    on_changed
+                    batch=is_batch
+                    remedy=Signal::derive(move || state.read().remedy.clone())
+                />
             </p>
             <Show when=move || status() == JobStatus::Completed && !is_export()>
                 <p>

@@ -162,7 +162,7 @@ fn Runs(runs: Vec<Run>) -> impl IntoView {
                         <td>{run.item()}</td>
                         <td>{run.attempt}</td>
                         <td>
-                            <code>{run.worker.clone()}</code>
+                            <code>{run.worker.clone().unwrap_or_default()}</code>
                         </td>
                         <td class="when">
                             <LocalTime at=run.started_at />

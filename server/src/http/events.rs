@@ -23,7 +23,10 @@ use super::{
     identity::{self, Caller},
     jobs::visible_job,
 };
-use crate::progress::feed::{self, Scope};
+use crate::{
+    progress::feed::{self, Scope},
+    telemetry,
+};
 
 /// A job's stream, for those who may see the job (a job's owner never changes, so one check
 /// at the start holds for the stream's life).
@@ -63,9 +66,10 @@ fn stream(
         .map(|me| state.streams.open(me.id, state.limits.streams))
         .transpose()?;
     let sees = caller.sees();
+    let open = telemetry::SseClient::open();
     let events = feed::follow(state.pool.clone(), &state.views, scope, sees, last_version)
         .map(move |job| {
-            let _held = &slot;
+            let _held = (&slot, &open);
             to_event(job)
         })
         .take_until(state.shutdown.clone().cancelled_owned())

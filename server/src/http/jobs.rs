@@ -320,6 +320,16 @@ pub async fn retry(
     // People retrying their own jobs are held to their limit of live jobs; admins are not.
     let limit = matches!(acts, Sees::OwnedBy(_)).then_some(state.limits.active_jobs);
     let outcome = control::retry(&state.pool, id, acts, limit).await?;
+    if matches!(outcome, control::Outcome::NotApplicable)
+        && let Some(remedy) = jobs::find(&state.pool, id, acts)
+            .await?
+            .and_then(|job| job.remedy)
+    {
+        return Err(ApiError::Conflict(format!(
+            "Retrying would fail the same way: {} instead.",
+            remedy.action()
+        )));
+    }
     answer(
         &state,
         id,

@@ -1,6 +1,6 @@
 //! Middleware: every response counted and timed by method, route pattern and status
 //! ([`crate::telemetry::http_response`]). Requests no route matched count under `unmatched`,
-//! so a scan of random paths adds no series.
+//! and made-up methods as `other`, so a scan of random paths or methods adds no series.
 
 use std::time::Instant;
 
@@ -22,7 +22,7 @@ pub async fn requests(request: Request, next: Next) -> Response {
         .to_owned();
     let response = next.run(request).await;
     telemetry::http_response(
-        method.as_str(),
+        &method,
         &route,
         response.status().as_u16(),
         started.elapsed(),

@@ -51,7 +51,6 @@ impl Streams {
             });
         }
         *count += 1;
-        crate::telemetry::sse_clients(1.0);
         Ok(StreamSlot {
             streams: Arc::clone(self),
             owner,
@@ -61,7 +60,6 @@ impl Streams {
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        crate::telemetry::sse_clients(-1.0);
         let mut open = self
             .streams
             .open

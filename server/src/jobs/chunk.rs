@@ -15,6 +15,8 @@ use sqlx::{Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use app::history::RunOutcome;
+
 use super::{Engine, Run, TaskError};
 use crate::{
     spreadsheet::{
@@ -23,7 +25,7 @@ use crate::{
     },
     store::{
         chunks::{self, Recorded},
-        datasets, errors,
+        datasets, errors, history,
         jobs::{self, ImportJob},
         notify,
         states::{self, job::ChunkCounts},
@@ -65,7 +67,7 @@ pub async fn run(
     let found = parsed.rows.len() + parsed.errors.len();
     if found != chunk.row_count as usize {
         // The bytes no longer read as planned: no retry can fix that.
-        return Err(TaskError::Refused(format!(
+        return Err(TaskError::refused(format!(
             "Part {} of the file could not be read back as planned ({found} rows instead of {}).",
             chunk_no + 1,
             chunk.row_count
@@ -80,6 +82,7 @@ pub async fn run(
         return Ok(());
     }
     states::chunk::done(&mut tx, job_id, chunk_no).await?;
+    history::end_run(&mut *tx, &run.lease.owner, RunOutcome::Ok, None).await?;
     write(tx, job_id, &job, keyed, &parsed, run.stop).await
 }
 
@@ -122,7 +125,7 @@ pub async fn run_streamed(
 /// Why a streamed import cannot go on when an earlier run cut its sheet into other chunks: the
 /// rows of the chunks it recorded would not line up with this run's.
 pub fn cut_differently(chunk_no: i32) -> TaskError {
-    TaskError::Refused(format!(
+    TaskError::refused(format!(
         "Part {} of the sheet was cut differently by an earlier run of this import (are workers \
          running with different CONVEYOR_CHUNK_ROWS?). Import the file again.",
         chunk_no + 1

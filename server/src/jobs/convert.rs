@@ -49,7 +49,12 @@ const REPORT_BYTES: usize = 64 << 10;
 #[serde(rename_all = "camelCase")]
 enum Outcome {
     Converted,
-    Refused { reason: String },
+    Refused {
+        reason: String,
+        /// The workbook's sheets, when the one asked for is not among them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sheets: Option<Vec<String>>,
+    },
 }
 
 /// A running converter.
@@ -62,8 +67,12 @@ pub struct Conversion {
 /// How a converter ended.
 pub enum Ended {
     Converted,
-    /// The file's fault, in the converter's words.
-    Refused(String),
+    /// The file's fault, in the converter's words; the workbook's sheets when the one asked
+    /// for is not among them.
+    Refused {
+        reason: String,
+        sheets: Option<Vec<String>>,
+    },
     /// Killed or crashed: the reason to give the person.
     Died(String),
 }
@@ -175,7 +184,7 @@ impl Conversion {
             .and_then(|line| serde_json::from_str::<Outcome>(line).ok());
         Ok(match outcome {
             Some(Outcome::Converted) if status.success() => Ended::Converted,
-            Some(Outcome::Refused { reason }) => Ended::Refused(reason),
+            Some(Outcome::Refused { reason, sheets }) => Ended::Refused { reason, sheets },
             // Killed (out of memory or time, most likely) or crashed: it would happen again.
             _ => Ended::Died(
                 "The workbook could not be read: it is damaged, or reading it would take more \
@@ -217,6 +226,10 @@ pub fn child(args: &ConvertArgs) -> i32 {
         Err(ScanError::File(reason)) => (
             Outcome::Refused {
                 reason: reason.to_string(),
+                sheets: match reason {
+                    FileError::NoSuchSheet { sheets, .. } => Some(sheets),
+                    _ => None,
+                },
             },
             2,
         ),

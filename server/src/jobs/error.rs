@@ -5,6 +5,7 @@
 
 use std::io;
 
+use app::model::Remedy;
 use tokio::task::JoinError;
 
 use crate::store::uploads::UploadError;
@@ -15,11 +16,28 @@ pub enum TaskError {
     #[error("stopped: the job was cancelled, its lease lost, or the worker is stopping")]
     Stopped,
     /// The file or the job cannot succeed however often it is tried; the reason is for people.
-    #[error("refused: {0}")]
-    Refused(String),
+    #[error("refused: {}", .0.reason)]
+    Refused(Refusal),
     /// Something on our side failed; another attempt may succeed.
     #[error(transparent)]
     Retry(#[from] Cause),
+}
+
+/// Why a job cannot succeed, for people, and what fixes it when something does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: String,
+    pub remedy: Option<Remedy>,
+}
+
+impl TaskError {
+    /// A refusal nothing but another file or request fixes.
+    pub fn refused(reason: impl Into<String>) -> Self {
+        Self::Refused(Refusal {
+            reason: reason.into(),
+            remedy: None,
+        })
+    }
 }
 
 /// What failed on our side.

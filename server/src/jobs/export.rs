@@ -15,11 +15,13 @@ use rust_xlsxwriter::XlsxError;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{Engine, Run, TaskError, pipe};
+use app::{history::RunOutcome, model::Remedy};
+
+use super::{Engine, Refusal, Run, TaskError, pipe};
 use crate::{
     spreadsheet::output::{self, LongText, MAX_XLSX_ROWS},
     store::{
-        chunks, datasets, exports, jobs, leases, notify,
+        chunks, datasets, exports, history, jobs, leases, notify,
         queue::{self, Priority, TaskMsg},
         states::{self, ExportFormat, job::ChunkCounts},
         uploads::{self, UploadError, UploadLimits},
@@ -48,10 +50,13 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     let ranges = exports::plan_ranges(&mut tx, job.dataset_id, chunk_rows).await?;
     let rows: i64 = ranges.iter().map(|r| i64::from(r.row_count)).sum();
     if job.format == ExportFormat::Xlsx && rows > MAX_XLSX_ROWS {
-        return Err(TaskError::Refused(format!(
-            "The dataset has {rows} rows, more than an Excel sheet holds ({MAX_XLSX_ROWS}). \
-             Export it as CSV instead."
-        )));
+        return Err(TaskError::Refused(Refusal {
+            reason: format!(
+                "The dataset has {rows} rows, more than an Excel sheet holds ({MAX_XLSX_ROWS}). \
+                 Export it as CSV instead."
+            ),
+            remedy: Some(Remedy::ExportCsv),
+        }));
     }
     notify::job_changed(&mut tx, job_id, version).await?;
     exports::insert_chunks(&mut tx, job_id, &ranges).await?;
@@ -101,10 +106,9 @@ pub async fn chunk(
     if rows.len() != range.row_count as usize {
         // An import wrote into the range, or a re-import moved rows out of it, since the
         // plan: a file written now would silently miss or repeat rows.
-        return Err(TaskError::Refused(
+        return Err(TaskError::refused(
             "The dataset changed while it was being exported (an import wrote to it). Export it \
-             again."
-                .into(),
+             again.",
         ));
     }
     let count = rows.len() as i64;
@@ -119,6 +123,7 @@ pub async fn chunk(
     }
     exports::insert_part(&mut tx, job_id, chunk_no, &part).await?;
     states::chunk::done(&mut tx, job_id, chunk_no).await?;
+    history::end_run(&mut *tx, &run.lease.owner, RunOutcome::Ok, None).await?;
     let counts = ChunkCounts {
         ok: count,
         ..ChunkCounts::default()
@@ -222,12 +227,12 @@ pub async fn finish(
 fn refusal_of(err: XlsxError) -> TaskError {
     match err {
         XlsxError::IoError(err) => err.into(),
-        XlsxError::MaxStringLengthExceeded => TaskError::Refused(format!(
+        XlsxError::MaxStringLengthExceeded => TaskError::refused(format!(
             "A cell holds more than {} characters, more than Excel allows. Export the dataset as \
              CSV instead.",
             output::MAX_XLSX_CELL_CHARS
         )),
-        other => TaskError::Refused(format!("The XLSX file could not be written: {other}.")),
+        other => TaskError::refused(format!("The XLSX file could not be written: {other}.")),
     }
 }
 

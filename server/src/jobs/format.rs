@@ -16,7 +16,7 @@ use crate::{
 
 /// The refusal for a file with more rows than a job's row numbers hold.
 pub fn too_many_rows() -> TaskError {
-    TaskError::Refused(format!(
+    TaskError::refused(format!(
         "The file has more than {} rows, the most one import takes. Split it into parts.",
         datasets::MAX_ROW_NO
     ))
@@ -36,7 +36,7 @@ pub async fn row_format(
         datasets::adopt_columns(conn, dataset_id, &declared).await?;
         declared.clone()
     } else {
-        schema::align(&plan.columns, &declared).map_err(TaskError::Refused)?
+        schema::align(&plan.columns, &declared).map_err(TaskError::refused)?
     };
     // Every header cell names a dataset column (`align` made sure).
     let slots = columns

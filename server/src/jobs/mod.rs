@@ -32,7 +32,7 @@ pub mod worker;
 
 use std::path::PathBuf;
 
-pub use error::{Cause, TaskError};
+pub use error::{Cause, Refusal, TaskError};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -77,12 +77,13 @@ impl Engine {
 
 /// Fails a job for good, with a reason for the person who started it (a task refused: it cannot
 /// succeed however often it is retried).
-async fn fail(pool: &PgPool, job_id: Uuid, reason: &str) -> sqlx::Result<()> {
+async fn fail(pool: &PgPool, job_id: Uuid, refusal: &Refusal) -> sqlx::Result<()> {
     let mut tx = pool.begin().await?;
-    if let Some(version) = states::job::fail(&mut tx, job_id, reason).await? {
+    let remedy = refusal.remedy.as_ref();
+    if let Some(version) = states::job::fail(&mut tx, job_id, &refusal.reason, remedy).await? {
         notify::job_changed(&mut tx, job_id, version).await?;
     }
     tx.commit().await?;
-    tracing::info!(%job_id, reason, "job failed");
+    tracing::info!(%job_id, reason = refusal.reason, "job failed");
     Ok(())
 }

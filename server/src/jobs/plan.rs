@@ -69,7 +69,7 @@ async fn scan_upload(
     let parts = Box::pin(pipe::until_stopped(Box::pin(parts), stop.clone()));
     let scanned = pipe::read_with(parts, move |input| csv::scan(input, chunk_rows)).await?;
     scanned.map_err(|err| match err {
-        ScanError::File(reason) => TaskError::Refused(reason.to_string()),
+        ScanError::File(reason) => TaskError::refused(reason.to_string()),
         ScanError::Io(err) => err.into(),
     })
 }

@@ -21,8 +21,10 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use app::model::Remedy;
+
 use super::{
-    Engine, TaskError,
+    Engine, Refusal, TaskError,
     chunk::{self, Streamed},
     convert::{self, Conversion, Ended},
     error::stopped_io,
@@ -64,7 +66,7 @@ pub async fn run(
         .await?
         .ok_or(sqlx::Error::RowNotFound)?;
     if let Some(reason) = convert::too_large(upload.size as u64) {
-        return Err(TaskError::Refused(reason.to_string()));
+        return Err(TaskError::refused(reason.to_string()));
     }
     let recorded = chunks::recorded(pool, job_id).await?;
 
@@ -175,12 +177,18 @@ pub async fn run(
     }
     let plan = match (stopped, ended, scanned) {
         (Some(err), ..) => return Err(err),
-        (None, Ended::Refused(reason), _) => return Err(TaskError::Refused(reason)),
+        (None, Ended::Refused { reason, sheets }, _) => {
+            let remedy = sheets.map(|sheets| Remedy::OtherSheet {
+                sheets,
+                file_guid: job.upload_id,
+            });
+            return Err(TaskError::Refused(Refusal { reason, remedy }));
+        }
         // The child ended early because the reader did (a CSV it cannot use): the reader says why.
         (None, _, Err(ScanError::File(reason))) => {
-            return Err(TaskError::Refused(reason.to_string()));
+            return Err(TaskError::refused(reason.to_string()));
         }
-        (None, Ended::Died(reason), _) => return Err(TaskError::Refused(reason)),
+        (None, Ended::Died(reason), _) => return Err(TaskError::refused(reason)),
         (None, Ended::Converted, Err(ScanError::Io(err))) => return Err(err.into()),
         (None, Ended::Converted, Ok(None)) => {
             return Err(out_of_order("the converter announced no sheet"));

@@ -232,28 +232,31 @@ impl Runner {
             .map_err(TaskError::from)
             .and_then(|result| result);
         heartbeat.abort();
-        let outcome = match &ended {
-            Ok(()) => RunOutcome::Ok,
-            Err(_) if stop.is_cancelled() => RunOutcome::Stopped,
-            Err(TaskError::Stopped) => RunOutcome::Stopped,
-            Err(TaskError::Refused(_)) => RunOutcome::Refused,
-            Err(TaskError::Retry(_)) => RunOutcome::Retry,
-        };
-        telemetry::task_ran(task.kind(), outcome, started.elapsed());
-        let (recorded, error) = match ended {
-            Ok(()) | Err(TaskError::Stopped) => (leases::release(pool, &lease).await, None),
+        let took = started.elapsed();
+        let released = || leases::release(pool, &lease);
+        let (outcome, recorded, error) = match ended {
+            Ok(()) => (RunOutcome::Ok, released().await, None),
+            Err(TaskError::Stopped) => (RunOutcome::Stopped, released().await, None),
             // Whatever a run told to stop says, it was the stop: the attempt does not count.
-            Err(_) if stop.is_cancelled() => (leases::release(pool, &lease).await, None),
-            Err(TaskError::Refused(reason)) => {
-                match super::fail(pool, lease.item.job_id(), &reason).await {
-                    Ok(()) => (leases::release(pool, &lease).await, Some(reason)),
+            Err(_) if stop.is_cancelled() => (RunOutcome::Stopped, released().await, None),
+            Err(TaskError::Refused(refusal)) => {
+                match super::fail(pool, lease.item.job_id(), &refusal).await {
+                    Ok(()) => (RunOutcome::Refused, released().await, Some(refusal.reason)),
                     // Not recorded: an attempt like any other failure, so the refusal comes
                     // again after the backoff.
-                    Err(err) => self.record_failure(&lease, &task, &err.into()).await,
+                    Err(err) => {
+                        let (recorded, error) =
+                            self.record_failure(&lease, &task, &err.into()).await;
+                        (RunOutcome::Retry, recorded, error)
+                    }
                 }
             }
-            Err(err @ TaskError::Retry(_)) => self.record_failure(&lease, &task, &err).await,
+            Err(err @ TaskError::Retry(_)) => {
+                let (recorded, error) = self.record_failure(&lease, &task, &err).await;
+                (RunOutcome::Retry, recorded, error)
+            }
         };
+        telemetry::task_ran(task.kind(), outcome, took);
         let history = history::end_run(pool, &lease.owner, outcome, error.as_deref());
         if let Err(err) = recorded.and(history.await) {
             // The lease runs out and `maintenance::lease_rescue` frees the item.
@@ -296,7 +299,7 @@ impl Runner {
                         },
                         lease.attempt
                     );
-                    states::job::fail(&mut tx, job_id, &reason).await?
+                    states::job::fail(&mut tx, job_id, &reason, None).await?
                 }
             };
             if let Some(version) = version {

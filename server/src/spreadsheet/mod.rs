@@ -72,4 +72,6 @@ pub enum FileError {
     BadHeader(String),
     #[error("The file has {columns} columns; at most {MAX_COLUMNS} are supported.")]
     TooWide { columns: usize },
+    #[error("The workbook has no sheet named \"{wanted}\". Its sheets: {}.", sheets.join(", "))]
+    NoSuchSheet { wanted: String, sheets: Vec<String> },
 }

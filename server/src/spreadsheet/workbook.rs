@@ -207,10 +207,10 @@ fn named(names: &[String], wanted: &str) -> Result<String, ScanError> {
         })
         .cloned()
         .ok_or_else(|| {
-            FileError::NotCsv(format!(
-                "The workbook has no sheet named \"{wanted}\". Its sheets: {}.",
-                names.join(", ")
-            ))
+            FileError::NoSuchSheet {
+                wanted: wanted.to_owned(),
+                sheets: names.to_vec(),
+            }
             .into()
         })
 }

@@ -14,9 +14,11 @@ use crate::{auth::Sees, store::states::Expired};
 pub const WORKER_LOST: &str =
     "The worker running this stopped responding (it crashed, was killed, or lost the database).";
 
-/// Ends a run (`run`: its lease owner) with how it went.
+/// Ends a run (`run`: its lease owner) with how it went, unless it has ended already. A chunk's
+/// run ends `ok` in the transaction that commits its work (a worker dying right after still
+/// leaves the truth); its worker's own end then changes nothing.
 pub async fn end_run(
-    pool: &PgPool,
+    conn: impl sqlx::PgExecutor<'_>,
     run: &str,
     outcome: RunOutcome,
     error: Option<&str>,
@@ -28,7 +30,7 @@ pub async fn end_run(
         outcome as RunOutcome,
         error,
     )
-    .execute(pool)
+    .execute(conn)
     .await?;
     Ok(())
 }
@@ -58,8 +60,10 @@ pub async fn lose_runs(
     Ok(())
 }
 
-/// The history of a job `sees` covers; `None` when there is no such job.
+/// The history of a job `sees` covers; `None` when there is no such job. Which worker ran
+/// what, and the deployment's queue, are shown to operators (those who see everything) only.
 pub async fn read(pool: &PgPool, job_id: Uuid, sees: Sees) -> sqlx::Result<Option<JobHistory>> {
+    let operator = sees == Sees::Everything;
     let mut conn = pool.acquire().await?;
     let visible = sqlx::query_scalar!(
         r#"select exists (select 1 from jobs where id = $1 and ($2::uuid is null or owner = $2))
@@ -80,14 +84,32 @@ pub async fn read(pool: &PgPool, job_id: Uuid, sees: Sees) -> sqlx::Result<Optio
     )
     .fetch_all(&mut *conn)
     .await?;
+    // A run still open whose worker is gone reads as lost: its item's lease, still its own,
+    // expired (nothing came to free it: the job ended), or its job ended a minute ago.
     let mut runs = sqlx::query_as!(
         Run,
-        r#"select chunk_no + 1 as part, attempt, split_part(run, '/', 1) as "worker!",
-                  started_at, ended_at, outcome as "outcome: RunOutcome", error
-           from job_runs where job_id = $1
-           order by started_at desc limit $2"#,
+        r#"select r.chunk_no + 1 as part, r.attempt,
+                  case when $3 then split_part(r.run, '/', 1) end as worker,
+                  r.started_at, r.ended_at,
+                  coalesce(r.outcome, case when gone then 'lost'::run_outcome end)
+                      as "outcome: RunOutcome",
+                  coalesce(r.error, case when gone then $4 end) as error
+           from (select r.*, r.ended_at is null
+                            and ((case when r.chunk_no is null then j.lease_owner
+                                       else c.lease_owner end) = r.run
+                                  and (case when r.chunk_no is null then j.lease_expires_at
+                                            else c.lease_expires_at end) < now()
+                                 or j.finished_at < now() - interval '1 minute') as gone
+                 from job_runs r
+                 join jobs j on j.id = r.job_id
+                 left join job_chunks c on c.job_id = r.job_id and c.chunk_no = r.chunk_no
+                 where r.job_id = $1
+                 order by r.started_at desc limit $2) r
+           order by r.started_at desc"#,
         job_id,
         JobHistory::RUNS,
+        operator,
+        WORKER_LOST,
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -104,16 +126,18 @@ pub async fn read(pool: &PgPool, job_id: Uuid, sees: Sees) -> sqlx::Result<Optio
     let notable = sqlx::query_as!(
         Chunk,
         r#"select chunk_no + 1 as "part!", first_row, row_count, state::text as "state!",
-                  attempts, split_part(lease_owner, '/', 1) as leased_by, last_error
+                  attempts, case when $3 then split_part(lease_owner, '/', 1) end as leased_by,
+                  last_error
            from job_chunks
            where job_id = $1 and (state <> 'done' or attempts > 1)
            order by chunk_no limit $2"#,
         job_id,
         Chunks::SHOWN,
+        operator,
     )
     .fetch_all(&mut *conn)
     .await?;
-    let waiting = waiting(&mut conn, job_id).await?;
+    let waiting = waiting(&mut conn, job_id, operator).await?;
     Ok(Some(JobHistory {
         transitions,
         runs,
@@ -127,8 +151,13 @@ pub async fn read(pool: &PgPool, job_id: Uuid, sees: Sees) -> sqlx::Result<Optio
     }))
 }
 
-/// What a waiting job waits for; `None` when it is not waiting.
-async fn waiting(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<Option<Waiting>> {
+/// What a waiting job waits for; `None` when it is not waiting. How many tasks the whole
+/// deployment has due is for operators (`operator`) only.
+async fn waiting(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    operator: bool,
+) -> sqlx::Result<Option<Waiting>> {
     let Some(job) = sqlx::query!(
         // Keys are stored as `<owner>:<key>` (`jobs::create`); people gave only the key.
         r#"select j.attempts, j.run_after,
@@ -152,10 +181,10 @@ async fn waiting(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<Option<W
     if job.attempts > 0 && job.run_after > chrono::Utc::now() {
         return Ok(Some(Waiting::RetryAt { at: job.run_after }));
     }
-    let due = queue::backlog(conn)
-        .await?
-        .iter()
-        .map(|due| due.count)
-        .sum();
+    let due = if operator {
+        Some(queue::due(conn).await?)
+    } else {
+        None
+    };
     Ok(Some(Waiting::Queue { due }))
 }

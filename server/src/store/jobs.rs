@@ -1,7 +1,7 @@
 //! Jobs: creation, and reads for the API, pages and workers. Status changes are in
 //! [`super::states::job`].
 
-use app::model::{CallbackState, CallbackTry, CallbackView, FailedPart, JobView};
+use app::model::{CallbackState, CallbackTry, CallbackView, FailedPart, JobView, Remedy};
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, types::Json};
 use uuid::Uuid;
@@ -39,7 +39,8 @@ macro_rules! select_view {
                            order by a.attempt), '[]')
                 from (select * from callback_attempts where job_id = j.id
                       order by attempt desc limit 20) a) end
-               as "callback_tries: Json<Vec<CallbackTry>>"
+               as "callback_tries: Json<Vec<CallbackTry>>",
+           j.remedy as "remedy: Json<Remedy>"
     from jobs j
     join users o on o.id = j.owner
     left join datasets d on d.id = j.dataset_id "#
@@ -79,6 +80,7 @@ struct ViewRow {
     callback_gave_up_at: Option<DateTime<Utc>>,
     callback_next_at: Option<DateTime<Utc>>,
     callback_tries: Option<Json<Vec<CallbackTry>>>,
+    remedy: Option<Json<Remedy>>,
 }
 
 impl ViewRow {
@@ -150,6 +152,7 @@ impl From<ViewRow> for JobView {
             parent_id: row.parent_id,
             owner: row.owner,
             owner_email: row.owner_email,
+            remedy: row.remedy.map(|Json(remedy)| remedy),
         }
     }
 }

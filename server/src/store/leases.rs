@@ -80,8 +80,9 @@ pub struct Lease {
 }
 
 /// Takes the lease of an item that is due, unleased (or whose lease expired) and still to do in
-/// a live job, counting an attempt, and records the run (`store::history`); a run still open
-/// on the item (its lease expired before lease rescue came) ends as lost. `None`: someone else runs it, it is done, or not yet due.
+/// a live job, counting an attempt, and records the run (`store::history`); the run that held
+/// the expired lease it takes over (lease rescue had not come yet) ends as lost. An item whose
+/// lease was given back or handed on has no holder, so no run of it is ended here. `None`: someone else runs it, it is done, or not yet due.
 pub async fn acquire(
     pool: &PgPool,
     item: Item,
@@ -98,15 +99,15 @@ pub async fn acquire(
                      update jobs j set lease_owner = $2,
                          lease_expires_at = now() + make_interval(secs => $3),
                          attempts = j.attempts + 1
+                     from (select lease_owner as previous from jobs where id = $1) p
                      where j.id = $1 and j.status = any($5) and j.run_after <= now()
                        and (j.lease_expires_at is null or j.lease_expires_at < now()) and ",
                 first_in_line!("$4", "$5"),
-                "    returning j.id, j.attempts, j.max_failures_per_item),
+                "    returning j.id, j.attempts, j.max_failures_per_item, p.previous),
                  run as (insert into job_runs (run, job_id, attempt)
                          select $2, id, attempts from taken),
-                 lost as (update job_runs r set ended_at = now(), outcome = 'lost', error = $6
-                          from taken t
-                          where r.job_id = t.id and r.chunk_no is null and r.ended_at is null)
+                 lost as (update job_runs set ended_at = now(), outcome = 'lost', error = $6
+                          where run = (select previous from taken) and ended_at is null)
                  select attempts, max_failures_per_item from taken"
             ))
             .bind(job_id)
@@ -123,17 +124,18 @@ pub async fn acquire(
                    update job_chunks c set lease_owner = $3,
                        lease_expires_at = now() + make_interval(secs => $4),
                        attempts = c.attempts + 1
-                   from jobs j
+                   from jobs j,
+                        (select lease_owner as previous from job_chunks
+                         where job_id = $1 and chunk_no = $2) p
                    where c.job_id = $1 and c.chunk_no = $2 and j.id = c.job_id and j.status = $5
                      and c.state = $6 and c.run_after <= now()
                      and (c.lease_expires_at is null or c.lease_expires_at < now())
-                   returning c.job_id, c.chunk_no, c.attempts, j.max_failures_per_item),
+                   returning c.job_id, c.chunk_no, c.attempts, j.max_failures_per_item,
+                       p.previous),
                run as (insert into job_runs (run, job_id, chunk_no, attempt)
                        select $3, job_id, chunk_no, attempts from taken),
-               lost as (update job_runs r set ended_at = now(), outcome = 'lost', error = $7
-                        from taken t
-                        where r.job_id = t.job_id and r.chunk_no = t.chunk_no
-                          and r.ended_at is null)
+               lost as (update job_runs set ended_at = now(), outcome = 'lost', error = $7
+                        where run = (select previous from taken) and ended_at is null)
                select attempts as "attempts!", max_failures_per_item as "max_failures_per_item!"
                from taken"#,
             job_id,

@@ -133,6 +133,19 @@ pub async fn backlog(conn: &mut PgConnection) -> sqlx::Result<Vec<Due>> {
     .await
 }
 
+/// How many messages are due and not taken, of every task.
+pub async fn due(conn: &mut PgConnection) -> sqlx::Result<i64> {
+    sqlx::query_scalar!(
+        r#"select count(*) as "due!" from apalis.jobs
+           where job_type = $1
+             and (status = 'Pending' or status = 'Failed' and attempts < max_attempts)
+             and run_at <= now()"#,
+        QUEUE,
+    )
+    .fetch_one(conn)
+    .await
+}
+
 /// Deletes up to `limit` of our messages that apalis is done with (done, killed, or failed for
 /// good) and that ended more than `age` ago; how many.
 pub async fn prune(conn: &mut PgConnection, age: Duration, limit: i64) -> sqlx::Result<u64> {

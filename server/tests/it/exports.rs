@@ -4,7 +4,7 @@
 use std::io::Cursor;
 
 use crate::support::{TestDb, TestServer, lease, run, worker_args};
-use app::model::{JobStatus, JobView};
+use app::model::{JobStatus, JobView, Remedy};
 use calamine::{Data, DataType, Reader, Xlsx};
 use reqwest::{StatusCode, header};
 use serde_json::{Value, json};
@@ -347,7 +347,7 @@ async fn an_export_fails_clearly_when_the_dataset_changes_under_it() {
         let held = lease(&db, job.id, chunk_no, "test").await.unwrap();
         match export::chunk(&engine, job.id, chunk_no, run(&held)).await {
             Ok(()) => {}
-            Err(TaskError::Refused(reason)) => refusals.push((chunk_no, reason)),
+            Err(TaskError::Refused(refusal)) => refusals.push((chunk_no, refusal.reason)),
             Err(other) => panic!("chunk {chunk_no}: {other}"),
         }
     }
@@ -446,5 +446,43 @@ async fn any_text_comes_back_as_it_went_in() {
         .map(|record| record.unwrap()[1].to_owned())
         .collect();
     assert_eq!(exported, values);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_xlsx_export_over_a_sheets_rows_offers_csv_instead_of_retry() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(100_000))).await;
+    let one = server
+        .import("big.csv", b"id,name\n1,Ada\n".to_vec(), "big")
+        .await;
+    assert_eq!(server.finished(one.id).await.status, JobStatus::Completed);
+    // One row more than an Excel sheet holds (its header takes a row), copied in SQL.
+    sqlx::query(
+        "insert into dataset_rows (dataset_id, record, pos)
+         select dataset_id, record, pos + i from dataset_rows, generate_series(1, 1048575) i",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let job = export(&server, "big", "xlsx").await;
+    let job = server.finished(job.id).await;
+    assert_eq!(job.status, JobStatus::Failed);
+    assert!(
+        job.error
+            .as_deref()
+            .unwrap()
+            .contains("Export it as CSV instead")
+    );
+    assert_eq!(job.remedy, Some(Remedy::ExportCsv));
+    let retried = server
+        .post_json(&format!("/api/jobs/{}/retry", job.id), json!({}))
+        .await;
+    assert_eq!(retried.status(), StatusCode::CONFLICT);
+    let body: Value = retried.json().await.unwrap();
+    assert_eq!(
+        body["error"]["message"],
+        "Retrying would fail the same way: Export as CSV instead."
+    );
     server.stop().await;
 }

@@ -362,7 +362,7 @@ async fn a_converter_that_dies_mid_row_leaves_its_last_chunk_unwritten() {
     // Refused: the worker running the plan fails the job with the reason.
     let refused = plan::run(&engine, job.id, never_stop()).await;
     assert!(
-        matches!(&refused, Err(TaskError::Refused(reason)) if reason.contains("could not be read")),
+        matches!(&refused, Err(TaskError::Refused(refusal)) if refusal.reason.contains("could not be read")),
         "{refused:?}"
     );
     // The first chunk (rows 1 and 2) was whole and went in; the last one ("3,n") did not.
@@ -422,7 +422,7 @@ async fn a_chunk_cut_differently_by_an_earlier_run_fails_the_job_instead_of_misc
     let engine = Engine::new(db.pool.clone(), &worker_args(CHUNK_ROWS)).unwrap();
     let refused = plan::run(&engine, job.id, never_stop()).await;
     assert!(
-        matches!(&refused, Err(TaskError::Refused(reason)) if reason.contains("cut differently")),
+        matches!(&refused, Err(TaskError::Refused(refusal)) if refusal.reason.contains("cut differently")),
         "{refused:?}"
     );
     assert_eq!(stored_rows(&db.pool, job.id).await, (0, 0));

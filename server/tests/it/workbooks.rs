@@ -4,7 +4,7 @@
 //! child process: the real `server convert`).
 
 use crate::support::{TestDb, TestServer, worker_args};
-use app::model::JobStatus;
+use app::model::{JobStatus, JobView, Remedy};
 use reqwest::StatusCode;
 use rust_xlsxwriter::{ExcelDateTime, Format, Workbook};
 use serde_json::{Value, json};
@@ -134,6 +134,42 @@ async fn xls_and_ods_import_and_sheets_are_chosen_by_name() {
     let error = missing.error.unwrap();
     assert!(error.contains("no sheet named \"Staff\""), "{error}");
     assert!(error.contains("Empty, People"), "{error}");
+    // Retrying would fail the same way: refused, pointing at the fix, which the job carries.
+    let Some(Remedy::OtherSheet { sheets, file_guid }) = missing.remedy.clone() else {
+        panic!("another sheet fixes it: {:?}", missing.remedy)
+    };
+    assert_eq!(sheets, ["Empty", "People"]);
+    let retried = server
+        .post_json(&format!("/api/jobs/{}/retry", missing.id), json!({}))
+        .await;
+    assert_eq!(retried.status(), StatusCode::CONFLICT);
+    let body: Value = retried.json().await.unwrap();
+    assert_eq!(
+        body["error"]["message"],
+        "Retrying would fail the same way: Choose another sheet instead."
+    );
+    let bulk = server
+        .post_json(
+            "/api/jobs/bulk",
+            json!({ "action": "retry", "ids": [missing.id] }),
+        )
+        .await;
+    let bulk: Value = bulk.json().await.unwrap();
+    assert_eq!(bulk["changed"], 0, "{bulk}");
+    // The fix: the same upload, another sheet.
+    let fixed = server
+        .post_json(
+            "/api/jobs",
+            json!({ "jobType": "import", "fileGuid": file_guid, "dataset": "nope", "sheet": "People" }),
+        )
+        .await;
+    assert_eq!(fixed.status(), StatusCode::ACCEPTED);
+    let fixed: JobView = fixed.json().await.unwrap();
+    let fixed = server.finished(fixed.id).await;
+    assert_eq!(
+        (fixed.status, fixed.rows_ok, fixed.remedy),
+        (JobStatus::Completed, 2, None)
+    );
     server.stop().await;
 }
 

@@ -265,7 +265,8 @@ fn JobRow(
             <td class="when"><LocalTime at=job.created_at /></td>
             <td class="when">{took}</td>
             <td class="actions">
-                <JobControls id status=Signal::stored(status) owner on_changed batch name=title />
+                <JobControls id status=Signal::stored(status) owner on_changed batch name=title
+                    remedy=job.remedy.clone() />
             </td>
         </tr>
     }

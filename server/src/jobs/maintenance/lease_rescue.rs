@@ -37,7 +37,7 @@ pub async fn round(pool: PgPool) -> Result<(), TaskError> {
                      of {} attempts.",
                     expired.attempts
                 );
-                states::job::fail(&mut tx, job_id, &reason).await?
+                states::job::fail(&mut tx, job_id, &reason, None).await?
             }
         };
         if let Some(version) = version {

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::{JobKind, JobStatus, LIVE, chunk};
 use crate::{auth::Sees, spreadsheet::csv::RowFormat};
+use app::model::Remedy;
 
 use JobStatus::{Cancelled, Completed, Failed, Running, Waiting};
 
@@ -25,16 +26,24 @@ pub async fn start(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64
 }
 
 /// `waiting`/`running` → `failed`, with a reason for people (a step that cannot succeed
-/// however often it is tried).
-pub async fn fail(conn: &mut PgConnection, id: Uuid, reason: &str) -> sqlx::Result<Option<i64>> {
+/// however often it is tried), and what fixes it when another attempt would fail the same way
+/// (such a job is never retried: see [`retry`]).
+pub async fn fail(
+    conn: &mut PgConnection,
+    id: Uuid,
+    reason: &str,
+    remedy: Option<&Remedy>,
+) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar!(
-        "update jobs set status = $3, error = $2, finished_at = now(), version = version + 1
+        "update jobs set status = $3, error = $2, remedy = $5, finished_at = now(),
+             version = version + 1
          where id = $1 and status = any($4)
          returning version",
         id,
         reason,
         Failed as JobStatus,
         &LIVE[..] as &[JobStatus],
+        remedy.map(Json) as Option<Json<&Remedy>>,
     )
     .fetch_optional(conn)
     .await
@@ -266,7 +275,7 @@ pub async fn cancel(
 }
 
 /// `failed`/`cancelled` → `waiting`, for each of `ids` that `acts` covers whose items are still
-/// kept (not a batch): what it had not done (its failed and pending chunks, or its plan) gets
+/// kept (not a batch, nor a failure with a remedy, which would fail the same way): what it had not done (its failed and pending chunks, or its plan) gets
 /// fresh attempts, and re-queueing queues them. Rows already written stay. Every job retried,
 /// with its new version.
 pub async fn retry(
@@ -284,7 +293,7 @@ pub async fn retry(
              run_after = now(), last_error = null, lease_owner = null, lease_expires_at = null,
              version = version + 1
          where id = any($1) and status = any($4) and items_pruned_at is null
-           and kind <> $5 and ($2::uuid is null or owner = $2)
+           and kind <> $5 and ($2::uuid is null or owner = $2) and remedy is null
          returning id, version",
         ids,
         acts.owner_filter(),
