@@ -110,6 +110,34 @@ test('imports a workbook sheet chosen by name', async ({ page, app }) => {
   expect(jobId).toBeTruthy();
 });
 
+test('a sheet that does not exist offers the workbook\'s sheets instead of Retry', async ({
+  page,
+  app,
+}) => {
+  const dataset = `e2e_fix_${Date.now().toString(36)}`;
+  const upload = new UploadPage(page);
+  await upload.goto();
+  await upload.fileInput.setInputFiles(fixture('people.xls'));
+  await upload.sheetInput.fill('Staff');
+  await upload.importFile(fixture('people.xls'), dataset);
+
+  worker = await Worker.start(app);
+  const job = new JobPage(page);
+  await expect(job.message).toContainText('no sheet named "Staff"', { timeout: 60_000 });
+  // Retrying would fail the same way: the fix is offered in its place.
+  await expect(page.getByTestId('retry-job')).toHaveCount(0);
+  await expect(page.getByTestId('fix-job')).toHaveText('Choose another sheet');
+  const fix = page.getByTestId('job-fix');
+  await expect(fix.getByTestId('fix-sheet').locator('option')).toHaveText(['Empty', 'People']);
+  await fix.getByTestId('fix-sheet').selectOption('People');
+  await fix.getByTestId('fix-submit').click();
+  // A new job, of the same upload and dataset, with that sheet.
+  await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
+  await expect(job.rows).toHaveText('2 of 2 rows');
+  const rowsRes = await page.request.get(`/api/datasets/${dataset}/rows`);
+  expect((await rowsRes.json()).rows[0]).toEqual({ name: 'Ana', age: '31', joined: '2024-01-15' });
+});
+
 test('drag and drop selects the file', async ({ page }) => {
   const upload = new UploadPage(page);
   await upload.goto();
