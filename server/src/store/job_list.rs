@@ -21,6 +21,10 @@ use crate::auth::Sees;
 /// Counts for filters without counters look at this many jobs at most ("1,000+").
 pub const COUNT_CAP: i64 = 1000;
 
+/// A search looks for jobs by the distinct file names it matches when there are at most this
+/// many (each found by equality); past it, by the pattern on the jobs' own trigram index.
+const NAMES_CAP: i64 = 1000;
+
 /// Whose jobs a request lists: the reader's scope and the filter's owner together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Owners {
@@ -69,6 +73,8 @@ pub struct Selection {
 struct Conditions<'a> {
     owner: Option<Uuid>,
     datasets: Option<Vec<Uuid>>,
+    /// The file names a search matches, when there are few (see [`NAMES_CAP`]).
+    names: Option<Vec<String>>,
     ids: Option<&'a [Uuid]>,
     filter: &'a JobFilter,
 }
@@ -101,9 +107,23 @@ impl<'a> Conditions<'a> {
                 Some(found)
             }
         };
+        let names = match &filter.search {
+            None => None,
+            Some(search) => {
+                let found = sqlx::query_scalar!(
+                    "select name from job_file_names where name ilike $1 limit $2",
+                    like_pattern(search),
+                    NAMES_CAP + 1,
+                )
+                .fetch_all(&mut *conn)
+                .await?;
+                (found.len() as i64 <= NAMES_CAP).then_some(found)
+            }
+        };
         Ok(Some(Self {
             owner,
             datasets,
+            names,
             ids,
             filter,
         }))
@@ -161,12 +181,20 @@ impl<'a> Conditions<'a> {
             sql.push(" and j.rows_failed > 0");
         }
         if let Some(search) = &filter.search {
-            // Each branch can use its own index (trigram, trigram on datasets, primary key),
-            // combined by a bitmap OR; the datasets' ids are read once (an init plan).
-            let pattern = format!("%{}%", escape_like(search));
-            sql.push(" and (j.source_filename ilike ")
-                .push_bind(pattern.clone())
-                .push(" or j.dataset_id = any(array(select id from datasets where name ilike ")
+            // Each branch can use its own index (the file names' equality or trigram, trigram
+            // on datasets, primary key), combined by a bitmap OR; the datasets' ids are read
+            // once (an init plan).
+            let pattern = like_pattern(search);
+            match &self.names {
+                Some(names) => sql
+                    .push(" and (j.source_filename = any(")
+                    .push_bind(names.clone())
+                    .push(")"),
+                None => sql
+                    .push(" and (j.source_filename ilike ")
+                    .push_bind(pattern.clone()),
+            };
+            sql.push(" or j.dataset_id = any(array(select id from datasets where name ilike ")
                 .push_bind(pattern)
                 .push("))");
             if let Some((low, high)) = id_prefix(search).and_then(|prefix| id_range(&prefix)) {
@@ -475,6 +503,11 @@ fn push_place(sql: &mut QueryBuilder<Postgres>, op: &str, at: Cursor) {
         .push(", ")
         .push_bind(at.id)
         .push(")");
+}
+
+/// `%text%`, with `text` matched literally.
+fn like_pattern(text: &str) -> String {
+    format!("%{}%", escape_like(text))
 }
 
 /// `text` matched literally by `LIKE` (whose escape character is `\`).

@@ -321,6 +321,51 @@ async fn counts_no_counter_covers_stop_at_the_cap_and_say_so() {
 }
 
 #[tokio::test]
+async fn a_search_finds_its_jobs_by_few_or_many_file_names() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let people = people(&db, &server).await;
+    // 1,002 distinct names, two jobs for one of them: "many-" matches more names than a search
+    // looks up one by one, and falls back to the jobs' own trigram index.
+    sqlx::query(
+        "insert into jobs (id, kind, owner, status, source_filename, created_at)
+         select gen_random_uuid(), 'import', $1, 'completed',
+                'many-' || least(i, 1002) || '.csv', now() - make_interval(secs => i)
+         from generate_series(1, 1003) i",
+    )
+    .bind(people.a)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut seen = HashSet::new();
+    let mut query = "q=many-&limit=500".to_owned();
+    loop {
+        let page = page(&people.admin, &server, &query).await;
+        assert!(
+            page.counts.iter().all(|c| c.or_more),
+            "more than 1,000 match"
+        );
+        seen.extend(ids(&page.jobs));
+        match page.older {
+            Some(older) => query = format!("q=many-&limit=500&before={older}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 1003, "every job, once");
+    // A few names: each found by name, with every job of it, and no other name.
+    let few = page(&people.admin, &server, "q=MANY-1002.").await;
+    assert_eq!(few.jobs.len(), 2);
+    assert!(
+        few.jobs
+            .iter()
+            .all(|job| job.filename.as_deref() == Some("many-1002.csv"))
+    );
+    let own = page(&people.member_a, &server, "q=many-7.csv").await;
+    assert_eq!(ids(&own.jobs).len(), 1, "their own");
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn pages_go_both_ways_across_their_boundaries() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
