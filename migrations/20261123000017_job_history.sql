@@ -1,15 +1,13 @@
 -- A job's history for operators (docs/architecture.md, "A job's history"): every run of its
--- items, and every change of its status; and what fixes a failure that a retry would repeat.
+-- items, and every change of its status.
 
--- `lost`: its worker stopped renewing the lease (ended by lease rescue, or by the run that took
--- the expired lease over).
+-- `lost`: its worker stopped renewing the lease (ended by lease rescue).
 create type run_outcome as enum ('ok', 'retry', 'refused', 'stopped', 'lost');
 
 -- One run: a lease taken on a job's step (chunk_no null) or one of its chunks. `run` is the
 -- lease owner (`<process>/<random>`, new for each run): the worker process is its prefix. Written
--- by the statement that takes the lease; ended by its worker, or as lost when the worker is
--- gone (lease rescue, or the next run taking the expired lease over; a run whose job ended
--- before either came reads as lost once its lease has expired: `store::history`). Deleted with the job's other items (retention).
+-- by the statement that takes the lease; ended by its worker, or by lease rescue when the
+-- worker is gone. Deleted with the job's other items (retention).
 create table job_runs (
     id bigint generated always as identity primary key,
     run text not null,
@@ -22,10 +20,7 @@ create table job_runs (
     error text
 );
 create index job_runs_of_job on job_runs (job_id, started_at);
--- Runs still open: by run (ended by their worker, or by the acquire that takes their expired
--- lease over), and by item (lease rescue).
 create index job_runs_open on job_runs (run) where ended_at is null;
-create index job_runs_open_items on job_runs (job_id, chunk_no) where ended_at is null;
 
 -- Each change of a job's status (its creation is `jobs.created_at`), by a row trigger that
 -- fires only on a change, so other updates of a job (progress) cost nothing more.
@@ -48,7 +43,3 @@ end $$;
 create trigger jobs_transitions after update of status on jobs
     for each row when (old.status is distinct from new.status)
     execute function jobs_transition_recorded();
-
--- A failure another attempt would repeat carries what fixes it (`app::model::Remedy`, as
--- JSON); such a job is never retried, so it keeps it.
-alter table jobs add column remedy jsonb;

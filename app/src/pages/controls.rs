@@ -151,7 +151,7 @@ pub fn Fix(#[prop(into)] job: Signal<JobView>) -> impl IntoView {
                         <form on:submit=submit>
                             <label>
                                 "Sheet "
-                                <select data-testid="fix-sheet"
+                                <select data-testid="fix-sheet" prop:value=move || sheet.get()
                                     on:change=move |ev| sheet.set(event_target_value(&ev))>
                                     {options}
                                 </select>

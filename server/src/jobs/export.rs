@@ -227,11 +227,14 @@ pub async fn finish(
 fn refusal_of(err: XlsxError) -> TaskError {
     match err {
         XlsxError::IoError(err) => err.into(),
-        XlsxError::MaxStringLengthExceeded => TaskError::refused(format!(
-            "A cell holds more than {} characters, more than Excel allows. Export the dataset as \
-             CSV instead.",
-            output::MAX_XLSX_CELL_CHARS
-        )),
+        XlsxError::MaxStringLengthExceeded => TaskError::Refused(Refusal {
+            reason: format!(
+                "A cell holds more than {} characters, more than Excel allows. Export the \
+                 dataset as CSV instead.",
+                output::MAX_XLSX_CELL_CHARS
+            ),
+            remedy: Some(Remedy::ExportCsv),
+        }),
         other => TaskError::refused(format!("The XLSX file could not be written: {other}.")),
     }
 }

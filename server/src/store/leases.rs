@@ -82,7 +82,9 @@ pub struct Lease {
 /// Takes the lease of an item that is due, unleased (or whose lease expired) and still to do in
 /// a live job, counting an attempt, and records the run (`store::history`); the run that held
 /// the expired lease it takes over (lease rescue had not come yet) ends as lost. An item whose
-/// lease was given back or handed on has no holder, so no run of it is ended here. `None`: someone else runs it, it is done, or not yet due.
+/// lease was given back or handed on has no holder, so no run of it is ended here; and if the
+/// holder changes while this statement waits for the row, the lease is not taken (the item is
+/// queued again), so a run that just ended itself is never called lost. `None`: someone else runs it, it is done, or not yet due.
 pub async fn acquire(
     pool: &PgPool,
     item: Item,
@@ -100,7 +102,9 @@ pub async fn acquire(
                          lease_expires_at = now() + make_interval(secs => $3),
                          attempts = j.attempts + 1
                      from (select lease_owner as previous from jobs where id = $1) p
-                     where j.id = $1 and j.status = any($5) and j.run_after <= now()
+                     -- (If the row changed since `p` was read, the update skips it.)
+                     where j.id = $1 and j.lease_owner is not distinct from p.previous
+                       and j.status = any($5) and j.run_after <= now()
                        and (j.lease_expires_at is null or j.lease_expires_at < now()) and ",
                 first_in_line!("$4", "$5"),
                 "    returning j.id, j.attempts, j.max_failures_per_item, p.previous),
@@ -127,7 +131,9 @@ pub async fn acquire(
                    from jobs j,
                         (select lease_owner as previous from job_chunks
                          where job_id = $1 and chunk_no = $2) p
+                   -- (If the row changed since `p` was read, the update skips it.)
                    where c.job_id = $1 and c.chunk_no = $2 and j.id = c.job_id and j.status = $5
+                     and c.lease_owner is not distinct from p.previous
                      and c.state = $6 and c.run_after <= now()
                      and (c.lease_expires_at is null or c.lease_expires_at < now())
                    returning c.job_id, c.chunk_no, c.attempts, j.max_failures_per_item,

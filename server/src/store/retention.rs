@@ -43,7 +43,8 @@ pub async fn prune(
     // (which clears `finished_at`) keeps its job's items, and a retry coming after finds the
     // items gone and is refused.
     let claimed: Vec<uuid::Uuid> = sqlx::query_scalar!(
-        "update jobs j set items_pruned_at = now(), upload_id = null, result_upload_id = null
+        "update jobs j set items_pruned_at = now(), upload_id = null, result_upload_id = null,
+             remedy = null
          where id in (select id from jobs
                       where finished_at < now() - make_interval(secs => $1)
                         and items_pruned_at is null

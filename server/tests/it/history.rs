@@ -7,9 +7,20 @@ use app::{
     history::{JobHistory, RunOutcome, Waiting},
     model::JobStatus,
 };
-use reqwest::StatusCode;
+use std::time::Duration;
 
-use crate::support::{TestDb, TestServer, WorkerProcess, account, csv, json_of};
+use reqwest::StatusCode;
+use server::{
+    jobs::{Engine, plan},
+    store::{
+        history,
+        leases::{self, Item},
+    },
+};
+
+use crate::support::{
+    TestDb, TestServer, WorkerProcess, account, csv, json_of, lease, never_stop, until, worker_args,
+};
 
 #[tokio::test]
 async fn history_shows_what_a_job_waits_for_then_its_runs_and_changes_of_status() {
@@ -103,5 +114,67 @@ async fn history_shows_what_a_job_waits_for_then_its_runs_and_changes_of_status(
         let worker = run.worker.unwrap();
         assert!(!worker.is_empty() && !worker.contains('/'), "{worker}");
     }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_run_giving_its_lease_back_as_another_takes_it_over_is_not_called_lost() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let job = server.import("race.csv", csv(100), "race").await;
+    let engine = Engine::new(db.pool.clone(), &worker_args(100)).unwrap();
+    plan::run(&engine, job.id, never_stop()).await.unwrap();
+    let held = lease(&db, job.id, 0, "slow").await.unwrap();
+    sqlx::query(
+        "update job_chunks set lease_expires_at = now() - interval '1 second' where job_id = $1",
+    )
+    .bind(job.id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // The slow worker gives the lease back (as `leases::release` does) while another worker's
+    // acquire of the expired lease waits for the row.
+    let mut giving_back = db.pool.begin().await.unwrap();
+    sqlx::query(
+        "update job_chunks set lease_owner = null, lease_expires_at = null where job_id = $1",
+    )
+    .bind(job.id)
+    .execute(&mut *giving_back)
+    .await
+    .unwrap();
+    let pool = db.pool.clone();
+    let item = Item::Chunk {
+        job_id: job.id,
+        chunk_no: 0,
+    };
+    let taking_over =
+        tokio::spawn(
+            async move { leases::acquire(&pool, item, "next", Duration::from_secs(60)).await },
+        );
+    until("the acquire waits for the row", || async {
+        sqlx::query_scalar::<_, i64>(
+            "select count(*) from pg_stat_activity
+             where wait_event_type = 'Lock' and query like '%with taken as%'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+            == 1
+    })
+    .await;
+    giving_back.commit().await.unwrap();
+    // The holder changed while it waited: it takes nothing, and ends nobody's run.
+    assert_eq!(taking_over.await.unwrap().unwrap(), None);
+    history::end_run(&db.pool, &held.owner, RunOutcome::Stopped, None)
+        .await
+        .unwrap();
+    let runs: Vec<(String, Option<String>)> = sqlx::query_as(
+        "select run, outcome::text from job_runs where job_id = $1 and chunk_no = 0",
+    )
+    .bind(job.id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(runs, [("slow".into(), Some("stopped".into()))]);
     server.stop().await;
 }
