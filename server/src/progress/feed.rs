@@ -34,7 +34,7 @@ const LIST_RESYNC: i64 = 100;
 
 /// Versions a stream remembers having sent (past this it forgets them all: the browser drops
 /// a state older than one it has, so forgetting costs at most a repeated push).
-const REMEMBERED: usize = 10_000;
+const REMEMBERED: usize = 1_000;
 
 /// Which jobs a stream follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

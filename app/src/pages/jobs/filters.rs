@@ -11,6 +11,32 @@ use crate::{
     zone::use_zone,
 };
 
+/// A fieldset of checkboxes named `name`, one per word, each checked as given: the query
+/// string repeats `name` for each one checked.
+#[component]
+fn Choices<const N: usize>(
+    legend: &'static str,
+    name: &'static str,
+    words: [(&'static str, bool); N],
+) -> impl IntoView {
+    view! {
+        <fieldset>
+            <legend>{legend}</legend>
+            {words
+                .into_iter()
+                .map(|(word, checked)| {
+                    view! {
+                        <label class="check">
+                            <input type="checkbox" name=name value=word checked=checked />
+                            {word}
+                        </label>
+                    }
+                })
+                .collect_view()}
+        </fieldset>
+    }
+}
+
 #[component]
 pub fn FilterForm(query: ListQuery) -> impl IntoView {
     let everyone = untrack(|| use_session().sees_everything());
@@ -31,36 +57,10 @@ pub fn FilterForm(query: ListQuery) -> impl IntoView {
                     <input type="search" name="q" value=text(&filter.search)
                         placeholder="File name, dataset or job id" data-testid="filter-search" />
                 </label>
-                <fieldset>
-                    <legend>"Status"</legend>
-                    {JobStatus::ALL
-                        .into_iter()
-                        .map(|status| {
-                            view! {
-                                <label class="check">
-                                    <input type="checkbox" name="status" value=status.as_str()
-                                        checked=statuses.contains(&status) />
-                                    {status.as_str()}
-                                </label>
-                            }
-                        })
-                        .collect_view()}
-                </fieldset>
-                <fieldset>
-                    <legend>"Type"</legend>
-                    {JobKind::ALL
-                        .into_iter()
-                        .map(|kind| {
-                            view! {
-                                <label class="check">
-                                    <input type="checkbox" name="type" value=kind.as_str()
-                                        checked=kinds.contains(&kind) />
-                                    {kind.as_str()}
-                                </label>
-                            }
-                        })
-                        .collect_view()}
-                </fieldset>
+                <Choices legend="Status" name="status"
+                    words=JobStatus::ALL.map(|status| (status.as_str(), statuses.contains(&status))) />
+                <Choices legend="Type" name="type"
+                    words=JobKind::ALL.map(|kind| (kind.as_str(), kinds.contains(&kind))) />
                 {everyone.then(|| view! {
                     <label>
                         "Owner "
