@@ -136,9 +136,14 @@ pub fn Fix(#[prop(into)] job: Signal<JobView>) -> impl IntoView {
                     if sheet.get_untracked().is_empty() {
                         sheet.set(sheets.first().cloned().unwrap_or_default());
                     }
+                    // Rebuilt whenever the job changes: the option chosen so far stays chosen.
+                    let chosen = sheet.get_untracked();
                     let options = sheets
                         .into_iter()
-                        .map(|name| view! { <option value=name.clone()>{name.clone()}</option> })
+                        .map(|name| {
+                            let selected = name == chosen;
+                            view! { <option value=name.clone() selected=selected>{name.clone()}</option> }
+                        })
                         .collect_view();
                     let submit = move |ev: leptos::ev::SubmitEvent| {
                         ev.prevent_default();
@@ -151,7 +156,7 @@ pub fn Fix(#[prop(into)] job: Signal<JobView>) -> impl IntoView {
                         <form on:submit=submit>
                             <label>
                                 "Sheet "
-                                <select data-testid="fix-sheet" prop:value=move || sheet.get()
+                                <select data-testid="fix-sheet"
                                     on:change=move |ev| sheet.set(event_target_value(&ev))>
                                     {options}
                                 </select>
