@@ -9,6 +9,7 @@ use uuid::Uuid;
 /// What a person may do. Guests are visitors who have not signed in: they own what they make,
 /// isolated like members, until they sign up (and keep it) or their session ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Sees and acts on everything, and manages users.
@@ -52,6 +53,7 @@ impl Role {
 
 /// The person a request comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Me {
     pub id: Uuid,
@@ -79,6 +81,7 @@ impl Me {
 
 /// What the header and the sign-in pages need to know.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionView {
     /// `None` when the request carries no session yet (a guest gets one when they first make
@@ -99,6 +102,7 @@ impl SessionView {
 
 /// An account as the admin page lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct UserView {
     pub id: Uuid,
@@ -110,6 +114,7 @@ pub struct UserView {
 /// A personal API token as its owner's account page lists it (the secret is shown only once,
 /// when it is created).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TokenView {
     pub id: Uuid,
@@ -120,6 +125,7 @@ pub struct TokenView {
 
 /// A token just created: the only time its secret is seen.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NewToken {
     #[serde(flatten)]

@@ -10,6 +10,7 @@ use crate::model::{JobKind, JobStatus};
 /// What a bulk action does to each job it applies to. On the server, also the `bulk_action`
 /// type of PostgreSQL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(
     feature = "ssr",
@@ -56,6 +57,7 @@ impl BulkAction {
 
 /// What a bulk action did (or, for a dry run, would apply to).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct BulkOutcome {
     pub action: BulkAction,
@@ -75,6 +77,7 @@ pub struct BulkOutcome {
 
 /// One bulk action in the audit log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEntry {
     pub id: i64,

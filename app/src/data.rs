@@ -59,6 +59,8 @@ pub trait PageData: Send + Sync {
     async fn users(&self) -> Result<Vec<UserView>, String>;
     /// The reader's API tokens.
     async fn tokens(&self, me: &Me) -> Result<Vec<TokenView>, String>;
+    /// The queue's health (the caller checks that the reader sees everything).
+    async fn queue_health(&self) -> Result<crate::queue_health::QueueHealth, String>;
 }
 
 /// The handle the server provides as context.
@@ -153,6 +155,20 @@ pub async fn list_users() -> Result<Vec<UserView>, ServerFnError> {
         _ => Err(refuse(
             http::StatusCode::FORBIDDEN,
             "Only admins can see the users.",
+        )),
+    }
+}
+
+/// The queue's health, for the `/admin` page: admins and viewers.
+#[server(prefix = "/rpc", endpoint = "queue_health")]
+pub async fn get_queue_health() -> Result<crate::queue_health::QueueHealth, ServerFnError> {
+    match reader() {
+        Some(me) if me.role.sees_everything() => {
+            store()?.queue_health().await.map_err(ServerFnError::new)
+        }
+        _ => Err(refuse(
+            http::StatusCode::FORBIDDEN,
+            "Only admins and viewers can see the queue.",
         )),
     }
 }

@@ -11,6 +11,7 @@ use crate::model::JobStatus;
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(
     feature = "ssr",
@@ -56,6 +57,7 @@ impl RunOutcome {
 
 /// One change of the job's status.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Transition {
     pub at: DateTime<Utc>,
@@ -66,6 +68,7 @@ pub struct Transition {
 /// One run: a worker holding the lease of the job's step (its plan, an export's finish) or of
 /// one chunk.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Run {
     /// 1-based part number; `None` for the job's own step.
@@ -97,6 +100,7 @@ impl Run {
 
 /// One chunk, as the history shows it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Chunk {
     /// 1-based.
@@ -114,6 +118,7 @@ pub struct Chunk {
 /// The job's chunks: how many in each state, and those worth a look (not done, or tried more
 /// than once), at most [`Chunks::SHOWN`] of them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Chunks {
     pub pending: i64,
@@ -128,6 +133,7 @@ impl Chunks {
 
 /// What a waiting job waits for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", tag = "reason")]
 pub enum Waiting {
     /// An earlier job with its serialize key has yet to end.
@@ -160,6 +166,7 @@ impl Waiting {
 
 /// Everything the history holds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobHistory {
     pub transitions: Vec<Transition>,

@@ -118,6 +118,23 @@ impl<'de> Deserialize<'de> for Cursor {
     }
 }
 
+/// In the API's schema: an opaque string.
+#[cfg(feature = "ssr")]
+impl utoipa::PartialSchema for Cursor {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::Type::String)
+            .description(Some(
+                "A job's place in the list: pass back as `before` or `after`.",
+            ))
+            .examples(["1763890000123456_0193a1b2c3d4e5f60718293a4b5c6d7e"])
+            .into()
+    }
+}
+
+#[cfg(feature = "ssr")]
+impl utoipa::ToSchema for Cursor {}
+
 /// Where in the list a page is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PageAt {
@@ -369,6 +386,7 @@ impl JobFilter {
 /// How many jobs of the filter (without its statuses) have a status: exact, or at least
 /// `count` when `or_more` (counted up to a cap, for filters no counter covers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StatusCount {
     pub status: JobStatus,
@@ -379,6 +397,7 @@ pub struct StatusCount {
 
 /// A page of the list.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobPage {
     pub jobs: Vec<JobView>,

@@ -5,6 +5,7 @@
 //! - [`bulk`]: bulk actions on jobs and their audit log.
 //! - [`history`]: a job's history for operators (runs, changes of status, chunks, waiting).
 //! - [`job_list`]: the job list's filter, paging and counts (URLs, the API, the list page).
+//! - [`queue_health`]: the queue health page's figures (workers, backlog, throughput).
 //! - [`auth`]: who is asking (roles, the signed-in person), shared with the server.
 //! - [`api`]: the browser's calls to the JSON API.
 //! - [`data`]: server functions the pages load their first state with, over [`data::PageData`].
@@ -22,6 +23,7 @@ pub mod job_list;
 pub mod live;
 pub mod model;
 pub mod pages;
+pub mod queue_health;
 pub mod session;
 pub mod zone;
 
@@ -67,6 +69,7 @@ pub fn App() -> impl IntoView {
         }
     });
     let is_admin = move || session.me().is_some_and(|me| me.role == auth::Role::Admin);
+    let is_operator = move || session.me().is_some_and(|me| me.role.sees_everything());
     view! {
         <Stylesheet id="leptos" href="/pkg/conveyor.css" />
         <Title text="Conveyor" />
@@ -78,6 +81,9 @@ pub fn App() -> impl IntoView {
                     <A href="/jobs">"Jobs"</A>
                     <A href="/datasets">"Datasets"</A>
                     <Transition>
+                        <Show when=is_operator>
+                            <A href="/admin">"Queue"</A>
+                        </Show>
                         <Show when=is_admin>
                             <A href="/users">"Users"</A>
                         </Show>
@@ -111,6 +117,7 @@ pub fn App() -> impl IntoView {
                         ssr=SsrMode::Async
                     />
                     <Route path=path!("/users") view=pages::users::UsersPage ssr=SsrMode::Async />
+                    <Route path=path!("/admin") view=pages::queue::QueuePage ssr=SsrMode::Async />
                 </Routes>
             </main>
         </Router>

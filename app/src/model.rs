@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 /// What a job does. On the server, also the `job_kind` type of PostgreSQL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(
     feature = "ssr",
@@ -36,6 +37,7 @@ impl JobKind {
 /// Where a job is in its life; on the server, also the `job_status` type of PostgreSQL. The
 /// state diagram and every transition are in the server's `store::states`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(
     feature = "ssr",
@@ -78,6 +80,7 @@ impl JobStatus {
 
 /// The file an export writes. On the server, also the `export_format` type of PostgreSQL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 #[cfg_attr(
     feature = "ssr",
@@ -108,6 +111,7 @@ impl ExportFormat {
 
 /// The types a column can have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ColumnType {
     Text,
@@ -121,6 +125,7 @@ pub enum ColumnType {
 
 /// One declared column.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 pub struct Column {
     pub name: String,
     #[serde(rename = "type", default = "text")]
@@ -161,6 +166,7 @@ impl Column {
 
 /// A dataset as the API returns it and the pages show it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DatasetView {
     pub name: String,
@@ -191,6 +197,7 @@ pub fn dataset_href(name: &str, owner: Uuid, reader: Option<Uuid>) -> String {
 
 /// A job as the API returns it and the pages show it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JobView {
     pub id: Uuid,
@@ -241,6 +248,7 @@ pub struct JobView {
 
 /// What fixes a failure that another attempt would repeat.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", tag = "kind")]
 pub enum Remedy {
     /// The workbook has no sheet of the name asked for: import one of its sheets (the same
@@ -266,6 +274,7 @@ impl Remedy {
 
 /// A job's completion callback.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CallbackView {
     pub url: String,
@@ -279,6 +288,7 @@ pub struct CallbackView {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum CallbackState {
     /// The job has not ended yet.
@@ -343,6 +353,7 @@ impl CallbackTry {
 
 /// One try of a callback.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CallbackTry {
     pub attempt: i32,
@@ -354,6 +365,7 @@ pub struct CallbackTry {
 
 /// A chunk of a job that failed every attempt.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct FailedPart {
     /// 1-based, as people count.

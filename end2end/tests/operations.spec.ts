@@ -1,35 +1,18 @@
-import type { Page } from '@playwright/test';
 import { Worker, expect, test } from './app';
-import { JobListPage, signedIn } from './pages';
+import { JobListPage, importAs, signedIn } from './pages';
 
 let worker: Worker | undefined;
 
 const stamp = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
 const poison = `poison_${stamp}`;
+/** One attempt per part: a poisoned part fails its job at once. */
+const ONE_ATTEMPT = { maxFailuresPerItem: 1 };
 
 test.afterEach(async ({ app }) => {
   await worker?.stop();
   worker = undefined;
   app.healRows();
 });
-
-/** Imports `body` as `page`'s person through the API (one attempt per part); the job's id. */
-async function importAs(page: Page, name: string, body: string): Promise<string> {
-  const uploaded = await page.request.post('/api/uploads', {
-    multipart: { file: { name, mimeType: 'text/csv', buffer: Buffer.from(body) } },
-  });
-  expect(uploaded.ok(), await uploaded.text()).toBe(true);
-  const created = await page.request.post('/api/jobs', {
-    data: {
-      jobType: 'import',
-      fileGuid: (await uploaded.json()).id,
-      dataset: name.replace('.csv', ''),
-      maxFailuresPerItem: 1,
-    },
-  });
-  expect(created.status(), await created.text()).toBe(202);
-  return (await created.json()).id;
-}
 
 test('an admin filters to one owner\'s failed jobs, retries them all and watches them complete; a member sees only theirs; a viewer changes nothing', async ({
   browser,
@@ -49,9 +32,9 @@ test('an admin filters to one owner\'s failed jobs, retries them all and watches
   const pageB = await signedIn(browser, b);
   const failing = [];
   for (const n of [1, 2, 3]) {
-    failing.push(await importAs(pageA, `a${n}_${stamp}.csv`, `id,name\n${n},${poison}\n`));
+    failing.push(await importAs(pageA, `a${n}_${stamp}.csv`, `id,name\n${n},${poison}\n`, ONE_ATTEMPT));
   }
-  const bJob = await importAs(pageB, `b_${stamp}.csv`, 'id,name\n1,Grace\n');
+  const bJob = await importAs(pageB, `b_${stamp}.csv`, 'id,name\n1,Grace\n', ONE_ATTEMPT);
 
   const pageAdmin = await signedIn(browser, admin);
   const list = new JobListPage(pageAdmin);

@@ -35,6 +35,30 @@ export async function signedIn(browser: Browser, email: string): Promise<Page> {
   return page;
 }
 
+/** Imports `body` as `page`'s person through the API, into the dataset named after the file,
+ * with `options` added to the job request; the job's id. */
+export async function importAs(
+  page: Page,
+  name: string,
+  body: string,
+  options: Record<string, unknown> = {},
+): Promise<string> {
+  const uploaded = await page.request.post('/api/uploads', {
+    multipart: { file: { name, mimeType: 'text/csv', buffer: Buffer.from(body) } },
+  });
+  expect(uploaded.ok(), await uploaded.text()).toBe(true);
+  const created = await page.request.post('/api/jobs', {
+    data: {
+      jobType: 'import',
+      fileGuid: (await uploaded.json()).id,
+      dataset: name.replace('.csv', ''),
+      ...options,
+    },
+  });
+  expect(created.status(), await created.text()).toBe(202);
+  return (await created.json()).id;
+}
+
 /** `/`: choose or drop a file, name the dataset, import. */
 export class UploadPage {
   readonly fileInput: Locator;

@@ -6,6 +6,7 @@ pub mod datasets;
 pub mod job;
 pub mod job_history;
 pub mod jobs;
+pub mod queue;
 pub mod sign_in;
 pub mod upload;
 pub mod users;

@@ -8,9 +8,14 @@ use axum::{
     http::StatusCode,
 };
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{AppState, error::ApiError, identity::Caller};
+use super::{
+    AppState,
+    error::{ApiError, ErrorBody},
+    identity::Caller,
+};
 use crate::{
     auth::{Me, accounts, secret},
     config::AuthMode,
@@ -21,7 +26,7 @@ use app::auth::{NewToken, SessionView, TokenView};
 /// The most API tokens one person may hold.
 const MAX_TOKENS: usize = 100;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct Credentials {
     email: String,
     password: String,
@@ -41,12 +46,32 @@ fn view(state: &AppState, me: Option<Me>) -> SessionView {
     }
 }
 
-/// `GET /api/session`: who is signed in (if anyone), and whether one may sign up.
+/// Who is signed in (if anyone), and whether one may sign up.
+#[utoipa::path(
+    get,
+    path = "/api/session",
+    operation_id = "getSession",
+    tag = "session",
+    responses((status = 200, description = "The caller's session.", body = SessionView))
+)]
 pub async fn session(State(state): State<AppState>, caller: Caller) -> Json<SessionView> {
     Json(view(&state, caller.me().cloned()))
 }
 
-/// `POST /api/session {"email","password"}`: signs in (`401` when either is wrong).
+/// Signs in, starting a new session (the session cookie is set).
+#[utoipa::path(
+    post,
+    path = "/api/session",
+    operation_id = "signIn",
+    tag = "session",
+    request_body = Credentials,
+    responses(
+        (status = 200, description = "Signed in.", body = SessionView),
+        (status = 400, description = "Not JSON with `email` and `password`.", body = ErrorBody),
+        (status = 401, description = "The email or the password is wrong.", body = ErrorBody),
+        (status = 429, description = "Too many sign-ins at once: try again shortly.", body = ErrorBody),
+    )
+)]
 pub async fn sign_in(
     State(state): State<AppState>,
     caller: Caller,
@@ -65,7 +90,14 @@ pub async fn sign_in(
     Ok(Json(view(&state, Some(started.me))))
 }
 
-/// `DELETE /api/session`: signs out (ends this browser's session).
+/// Signs out: ends this browser's session.
+#[utoipa::path(
+    delete,
+    path = "/api/session",
+    operation_id = "signOut",
+    tag = "session",
+    responses((status = 204, description = "Signed out (or was not signed in)."))
+)]
 pub async fn sign_out(
     State(state): State<AppState>,
     caller: Caller,
@@ -77,8 +109,24 @@ pub async fn sign_out(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /api/account {"email","password"}`: a new member account, signed in; a guest keeps
-/// what they made. `403` when sign-up is switched off, `409` when the email is taken.
+/// Signs up: a new member account, signed in.
+///
+/// A guest keeps what they made. `403` when sign-up is switched off, `409` when the email is
+/// taken.
+#[utoipa::path(
+    post,
+    path = "/api/account",
+    operation_id = "signUp",
+    tag = "account",
+    request_body = Credentials,
+    responses(
+        (status = 201, description = "The account, signed in.", body = SessionView),
+        (status = 400, description = "Not JSON with `email` and `password`.", body = ErrorBody),
+        (status = 403, description = "Sign-up is switched off.", body = ErrorBody),
+        (status = 409, description = "The email is taken.", body = ErrorBody),
+        (status = 422, description = "Not an email, or too short a password.", body = ErrorBody),
+    )
+)]
 pub async fn sign_up(
     State(state): State<AppState>,
     caller: Caller,
@@ -103,14 +151,27 @@ pub async fn sign_up(
     Ok((StatusCode::CREATED, Json(view(&state, Some(started.me)))))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct PasswordChange {
     current: String,
     new: String,
 }
 
-/// `POST /api/account/password {"current","new"}`: ends every session of the account; the
-/// browser that asked gets a new one.
+/// Changes the caller's password.
+///
+/// Ends every session of the account; the browser that asked gets a new one.
+#[utoipa::path(
+    post,
+    path = "/api/account/password",
+    operation_id = "changePassword",
+    tag = "account",
+    request_body = PasswordChange,
+    responses(
+        (status = 204, description = "Changed."),
+        (status = 400, description = "Not JSON with `current` and `new`.", body = ErrorBody),
+        (status = 422, description = "The current password is wrong, or the new one too short.", body = ErrorBody),
+    )
+)]
 pub async fn password(
     State(state): State<AppState>,
     caller: Caller,
@@ -128,12 +189,19 @@ pub async fn password(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct TokenList {
     tokens: Vec<TokenView>,
 }
 
-/// `GET /api/account/tokens`: the caller's API tokens (never their secrets).
+/// Lists the caller's API tokens (never their secrets).
+#[utoipa::path(
+    get,
+    path = "/api/account/tokens",
+    operation_id = "listTokens",
+    tag = "account",
+    responses((status = 200, description = "The caller's tokens.", body = TokenList))
+)]
 pub async fn tokens(
     State(state): State<AppState>,
     caller: Caller,
@@ -144,12 +212,26 @@ pub async fn tokens(
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct TokenRequest {
+    /// 1 to 100 characters, to tell tokens apart.
     name: String,
 }
 
-/// `POST /api/account/tokens {"name"}` → `201` with the token's secret, shown this once.
+/// Creates an API token; its secret is shown this once.
+#[utoipa::path(
+    post,
+    path = "/api/account/tokens",
+    operation_id = "createToken",
+    tag = "account",
+    request_body = TokenRequest,
+    responses(
+        (status = 201, description = "The token, with its secret.", body = NewToken),
+        (status = 400, description = "Not JSON with a `name`.", body = ErrorBody),
+        (status = 409, description = "The caller has as many tokens as they may.", body = ErrorBody),
+        (status = 422, description = "A name that is not 1 to 100 characters.", body = ErrorBody),
+    )
+)]
 pub async fn new_token(
     State(state): State<AppState>,
     caller: Caller,
@@ -173,8 +255,18 @@ pub async fn new_token(
     Ok((StatusCode::CREATED, Json(NewToken { token, secret })))
 }
 
-/// `DELETE /api/account/tokens/{id}`: revokes one of the caller's tokens (`404` for anyone
-/// else's).
+/// Revokes one of the caller's API tokens (`404` for anyone else's).
+#[utoipa::path(
+    delete,
+    path = "/api/account/tokens/{id}",
+    operation_id = "revokeToken",
+    tag = "account",
+    params(("id" = Uuid, Path, description = "The token's id.")),
+    responses(
+        (status = 204, description = "Revoked."),
+        (status = 404, description = "The caller has no token with that id.", body = ErrorBody),
+    )
+)]
 pub async fn revoke_token(
     State(state): State<AppState>,
     caller: Caller,

@@ -11,9 +11,14 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::{AppState, error::ApiError, identity::Caller};
+use super::{
+    AppState,
+    error::{ApiError, ErrorBody},
+    identity::Caller,
+};
 use crate::{
     auth::Sees,
     jobs::bulk::{self, Actor},
@@ -26,7 +31,7 @@ const MAX_IDS: usize = 1000;
 /// The longest filter accepted (it is kept in the audit log).
 const MAX_FILTER_CHARS: usize = 2000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BulkRequest {
     action: BulkAction,
@@ -39,8 +44,24 @@ pub struct BulkRequest {
     dry_run: bool,
 }
 
+/// Cancels or retries many jobs at once, named by ids or by a filter of the job list.
+///
 /// `POST /api/jobs/bulk {"action": "cancel"|"retry", "ids": [...] | "filter": "status=failed&…",
-/// "dryRun"?}` → what it did (or would apply to), with its audit log entry.
+/// "dryRun"?}` → what it did (or would apply to), with its audit log entry. Only the jobs the
+/// caller may change are changed.
+#[utoipa::path(
+    post,
+    path = "/api/jobs/bulk",
+    operation_id = "bulkAction",
+    tag = "jobs",
+    request_body = BulkRequest,
+    responses(
+        (status = 200, description = "What it did, or for a dry run what it would apply to.", body = BulkOutcome),
+        (status = 400, description = "Not JSON of this shape.", body = ErrorBody),
+        (status = 403, description = "Viewers change nothing.", body = ErrorBody),
+        (status = 422, description = "Neither or both of `ids` and `filter`, too many ids, or a filter that cannot be read.", body = ErrorBody),
+    )
+)]
 pub async fn run(
     State(state): State<AppState>,
     caller: Caller,
@@ -105,13 +126,16 @@ pub async fn run(
     Ok(Json(outcome))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AuditQuery {
+    /// The `next` of the previous page: entries older than this one.
     before: Option<i64>,
+    /// Entries per page, 1 to 500 (default 50).
     limit: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct AuditPage {
     entries: Vec<AuditEntry>,
     /// Pass as `before` for older entries; absent on the last page.
@@ -119,7 +143,18 @@ pub struct AuditPage {
     next: Option<i64>,
 }
 
-/// `GET /api/audit?before=&limit=`: bulk actions, newest first.
+/// The audit log of bulk actions, newest first.
+#[utoipa::path(
+    get,
+    path = "/api/audit",
+    operation_id = "auditLog",
+    tag = "audit",
+    params(AuditQuery),
+    responses(
+        (status = 200, description = "A page of the log.", body = AuditPage),
+        (status = 400, description = "A parameter that is not a number.", body = ErrorBody),
+    )
+)]
 pub async fn log(
     State(state): State<AppState>,
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,

@@ -9,23 +9,46 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::{AppState, error::ApiError, identity::Caller};
+use super::{
+    AppState,
+    error::{ApiError, ErrorBody},
+    identity::Caller,
+};
 use crate::{
     spreadsheet::schema::{self, Column},
     store::datasets,
 };
 use app::model::DatasetView;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub struct CreateDataset {
     name: String,
     columns: Vec<Column>,
+    /// The column whose value identifies a row: a row imported with a key already there
+    /// replaces that row.
     key: Option<String>,
 }
 
+/// Declares a dataset: its columns, their types, and its key.
+///
 /// `POST /api/datasets` → 201 with the dataset; 409 when the caller has one with that name.
+#[utoipa::path(
+    post,
+    path = "/api/datasets",
+    operation_id = "createDataset",
+    tag = "datasets",
+    request_body = CreateDataset,
+    responses(
+        (status = 201, description = "The dataset.", body = DatasetView),
+        (status = 400, description = "Not JSON of this shape.", body = ErrorBody),
+        (status = 403, description = "Viewers change nothing.", body = ErrorBody),
+        (status = 409, description = "The caller has a dataset of that name.", body = ErrorBody),
+        (status = 422, description = "A bad name, column or key.", body = ErrorBody),
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -43,12 +66,19 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(dataset)))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct DatasetList {
     datasets: Vec<DatasetView>,
 }
 
-/// `GET /api/datasets`: the caller's datasets (everyone's for admins and viewers).
+/// Lists the caller's datasets (everyone's for admins and viewers).
+#[utoipa::path(
+    get,
+    path = "/api/datasets",
+    operation_id = "listDatasets",
+    tag = "datasets",
+    responses((status = 200, description = "The datasets.", body = DatasetList))
+)]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -59,8 +89,10 @@ pub async fn list(
 }
 
 /// Whose dataset a request names.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct OwnerQuery {
+    /// The owner's id, for admins and viewers reading someone else's (default: the caller).
     owner: Option<Uuid>,
 }
 
@@ -72,7 +104,18 @@ pub fn dataset_owner(caller: &Caller, asked: Option<Uuid>) -> Option<Uuid> {
     me.sees(owner).then_some(owner)
 }
 
-/// `GET /api/datasets/{name}[?owner=]`.
+/// Reads a dataset: its columns and key.
+#[utoipa::path(
+    get,
+    path = "/api/datasets/{name}",
+    operation_id = "getDataset",
+    tag = "datasets",
+    params(("name" = String, Path, description = "The dataset's name."), OwnerQuery),
+    responses(
+        (status = 200, description = "The dataset.", body = DatasetView),
+        (status = 404, description = "No such dataset (or not one the caller may see).", body = ErrorBody),
+    )
+)]
 pub async fn show(
     State(state): State<AppState>,
     caller: Caller,
@@ -90,22 +133,39 @@ fn no_such_dataset(name: &str) -> ApiError {
     ApiError::NotFound(format!("No dataset is named \"{name}\"."))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RowsQuery {
+    /// Rows per page, 1 to 1000 (default 100).
     limit: Option<i64>,
     /// The `next` of the previous page.
     after: Option<String>,
+    /// The owner's id, for admins and viewers reading someone else's (default: the caller).
     owner: Option<Uuid>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct RowsPage {
+    /// Each row a JSON object keyed by column name.
     rows: Vec<Value>,
+    /// Pass as `after` for the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     next: Option<String>,
 }
 
-/// `GET /api/datasets/{name}/rows?limit=&after=[&owner=]`.
+/// Pages through a dataset's rows, in the order they were imported.
+#[utoipa::path(
+    get,
+    path = "/api/datasets/{name}/rows",
+    operation_id = "getDatasetRows",
+    tag = "datasets",
+    params(("name" = String, Path, description = "The dataset's name."), RowsQuery),
+    responses(
+        (status = 200, description = "A page of rows.", body = RowsPage),
+        (status = 400, description = "An `after` that is not a page's `next`.", body = ErrorBody),
+        (status = 404, description = "No such dataset (or not one the caller may see).", body = ErrorBody),
+    )
+)]
 pub async fn rows(
     State(state): State<AppState>,
     caller: Caller,

@@ -6,7 +6,8 @@ use axum::{
     http::{HeaderValue, StatusCode, header::RETRY_AFTER},
     response::{IntoResponse, Response},
 };
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::{
     auth::accounts::AccountError, incident, jobs::create::CreateError, store::uploads::UploadError,
@@ -63,19 +64,43 @@ impl ApiError {
     }
 }
 
+/// The body of every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// What went wrong, for programs: `not_found`, `bad_request`, `invalid` (422),
+    /// `too_large`, `conflict`, `unauthorized`, `forbidden`, `wrong_host`, `busy` or `limited`
+    /// (429, with `Retry-After`), `internal`.
+    #[schema(example = "not_found")]
+    code: &'static str,
+    /// What went wrong, in a sentence for people.
+    message: String,
+    /// Only for `internal`: the reference our logs hold the cause under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reference: Option<String>,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let body = match &self {
+        let (message, reference) = match &self {
             Self::Internal(err) => {
                 let reference = incident::error("internal error", &format!("{err:#}"));
-                json!({ "error": {
-                    "code": code,
-                    "message": format!("{} Please try again.", reference.sentence()),
-                    "reference": reference.as_str(),
-                } })
+                let message = format!("{} Please try again.", reference.sentence());
+                (message, Some(reference.as_str().to_owned()))
             }
-            other => json!({ "error": { "code": code, "message": other.to_string() } }),
+            other => (other.to_string(), None),
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code,
+                message,
+                reference,
+            },
         };
         let retry_after = match &self {
             Self::Limited { retry_after, .. } => Some(*retry_after),

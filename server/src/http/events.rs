@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::{
     AppState,
-    error::ApiError,
+    error::{ApiError, ErrorBody},
     identity::{self, Caller},
     jobs::visible_job,
 };
@@ -28,8 +28,25 @@ use crate::{
     telemetry,
 };
 
-/// A job's stream, for those who may see the job (a job's owner never changes, so one check
-/// at the start holds for the stream's life).
+/// Follows one job: a server-sent event for each of its changes.
+///
+/// For those who may see the job (a job's owner never changes, so one check at the start holds
+/// for the stream's life).
+#[utoipa::path(
+    get,
+    path = "/api/jobs/{id}/events",
+    operation_id = "followJob",
+    tag = "events",
+    params(
+        ("id" = Uuid, Path, description = "The job's id."),
+        ("Last-Event-ID" = Option<i64>, Header, description = "The last version seen: only newer states are sent."),
+    ),
+    responses(
+        (status = 200, description = "Server-sent events: each `event: job`, `id: <version>`, `data: <a JobView as JSON>`; the first is the job's current state.", body = String, content_type = "text/event-stream"),
+        (status = 404, description = "No such job (or not the caller's).", body = ErrorBody),
+        (status = 429, description = "The caller has as many live streams open as they may.", body = ErrorBody),
+    )
+)]
 pub async fn one_job(
     State(state): State<AppState>,
     caller: Caller,
@@ -44,7 +61,17 @@ pub async fn one_job(
     stream(&state, &caller, Scope::One(id), last_version)
 }
 
-/// Every change of the jobs the caller may see.
+/// Follows the job list: a server-sent event for every change of the jobs the caller may see.
+#[utoipa::path(
+    get,
+    path = "/api/jobs/events",
+    operation_id = "followJobs",
+    tag = "events",
+    responses(
+        (status = 200, description = "Server-sent events: each `event: job`, `id: <version>`, `data: <a JobView as JSON>`.", body = String, content_type = "text/event-stream"),
+        (status = 429, description = "The caller has as many live streams open as they may.", body = ErrorBody),
+    )
+)]
 pub async fn all_jobs(State(state): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
     stream(&state, &caller, Scope::All, None)
 }

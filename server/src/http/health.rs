@@ -20,6 +20,7 @@ use axum::{
 };
 use serde::Serialize;
 use tokio::sync::Mutex;
+use utoipa::ToSchema;
 
 use super::AppState;
 use crate::db;
@@ -62,7 +63,14 @@ impl Probed {
     }
 }
 
-/// `GET /healthz`.
+/// Liveness: the process answers (the database is not asked).
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "live",
+    tag = "operations",
+    responses((status = 200, description = "`ok`.", body = String, content_type = "text/plain"))
+)]
 pub async fn live() -> &'static str {
     "ok\n"
 }
@@ -83,15 +91,29 @@ impl Serialize for Check {
     }
 }
 
-#[derive(Debug, Serialize)]
+/// Each check is `ok` or what is wrong.
+#[derive(Debug, Serialize, ToSchema)]
 struct Readiness {
     ready: bool,
+    #[schema(value_type = String, example = "ok")]
     database: Check,
+    #[schema(value_type = String, example = "ok")]
     migrations: Check,
+    #[schema(value_type = String, example = "ok")]
     listener: Check,
 }
 
-/// `GET /readyz`.
+/// Readiness: the database answers and is migrated, and the progress listener is connected.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "ready",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready.", body = Readiness),
+        (status = 503, description = "Not ready: the checks say what is wrong.", body = Readiness),
+    )
+)]
 pub async fn ready(State(state): State<AppState>) -> Response {
     let (database, migrations) = match state.probed.missing_migrations(&state.pool).await {
         Err(what) => (Check::Failed(what), Check::Failed("unknown".into())),

@@ -10,9 +10,15 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{AppState, error::ApiError, identity::Caller, quotas};
+use super::{
+    AppState,
+    error::{ApiError, ErrorBody},
+    identity::Caller,
+    quotas,
+};
 use crate::{
     auth::Sees,
     jobs::{
@@ -32,23 +38,29 @@ static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 use app::{
     history::JobHistory,
     job_list::{JobPage, ListQuery},
-    model::{ExportFormat, JobView},
+    model::{ExportFormat, JobKind, JobView},
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateJob {
+    #[schema(value_type = JobKind)]
     job_type: String,
+    /// For an import: the id of an upload (`POST /api/uploads`).
     file_guid: Option<Uuid>,
+    /// The dataset to import into (made from the file's header if it does not exist) or to
+    /// export.
     dataset: Option<String>,
     /// For a workbook: the sheet to import (default: the first with a value).
     sheet: Option<String>,
     /// For an export: `csv` (the default) or `xlsx`.
+    #[schema(value_type = Option<ExportFormat>)]
     format: Option<String>,
     /// Attempts per chunk before it is marked failed (1–100, default 5).
     max_failures_per_item: Option<i32>,
     /// Stop the import once more rows than this failed: a count (`1000`) or a percentage
     /// of the rows (`"5%"`).
+    #[schema(example = "5%")]
     max_row_errors: Option<serde_json::Value>,
     /// A repeated request with the same key returns the first job (as `Idempotency-Key`).
     dedupe_key: Option<String>,
@@ -220,8 +232,35 @@ impl CreateJob {
     }
 }
 
+/// Creates a job: an import, an export or a batch.
+///
 /// `POST /api/jobs` → 202 with `Location` and the job; 200 with `Idempotent-Replayed: true`
 /// and the first job when the `Idempotency-Key` header (or `dedupeKey`) was used before.
+#[utoipa::path(
+    post,
+    path = "/api/jobs",
+    operation_id = "createJob",
+    tag = "jobs",
+    params((
+        "Idempotency-Key" = Option<String>,
+        Header,
+        description = "A repeated request with the same key answers the first job (as `dedupeKey`)."
+    )),
+    request_body = CreateJob,
+    responses(
+        (status = 202, description = "Created, waiting to start.", body = JobView,
+            headers(("Location" = String, description = "The job's URL."))),
+        (status = 200, description = "The job first created with this key.", body = JobView,
+            headers(
+                ("Location" = String, description = "The job's URL."),
+                ("Idempotent-Replayed" = String, description = "`true`.")
+            )),
+        (status = 400, description = "Not JSON, or an `Idempotency-Key` that is not text.", body = ErrorBody),
+        (status = 403, description = "Viewers change nothing.", body = ErrorBody),
+        (status = 422, description = "An invalid request, or an upload, dataset or batch the caller does not have.", body = ErrorBody),
+        (status = 429, description = "The caller has as many jobs waiting or running as they may.", body = ErrorBody),
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -277,7 +316,22 @@ pub async fn create(
         .into_response())
 }
 
+/// Cancels a job.
+///
 /// `POST /api/jobs/{id}/cancel` → the job, `cancelled` (409 when it had already ended).
+#[utoipa::path(
+    post,
+    path = "/api/jobs/{id}/cancel",
+    operation_id = "cancelJob",
+    tag = "jobs",
+    params(("id" = Uuid, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The job, cancelled.", body = JobView),
+        (status = 403, description = "Viewers change nothing.", body = ErrorBody),
+        (status = 404, description = "No such job (or not the caller's).", body = ErrorBody),
+        (status = 409, description = "The job has already ended.", body = ErrorBody),
+    )
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
@@ -289,7 +343,22 @@ pub async fn cancel(
     answer(&state, id, acts, outcome, "The job has already ended.").await
 }
 
+/// Seals a batch: it takes no more children.
+///
 /// `POST /api/jobs/{id}/seal` → the batch, taking no more children (409 unless an open batch).
+#[utoipa::path(
+    post,
+    path = "/api/jobs/{id}/seal",
+    operation_id = "sealBatch",
+    tag = "jobs",
+    params(("id" = Uuid, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The batch, sealed.", body = JobView),
+        (status = 403, description = "Viewers change nothing.", body = ErrorBody),
+        (status = 404, description = "No such job (or not the caller's).", body = ErrorBody),
+        (status = 409, description = "Not a running batch that is still open.", body = ErrorBody),
+    )
+)]
 pub async fn seal(
     State(state): State<AppState>,
     caller: Caller,
@@ -308,8 +377,25 @@ pub async fn seal(
     .await
 }
 
+/// Retries a failed or cancelled job.
+///
 /// `POST /api/jobs/{id}/retry` → the job, running again what it had not done (409 unless it
-/// failed or was cancelled).
+/// failed or was cancelled, or when it would fail the same way: the job's `remedy` says what
+/// to do instead).
+#[utoipa::path(
+    post,
+    path = "/api/jobs/{id}/retry",
+    operation_id = "retryJob",
+    tag = "jobs",
+    params(("id" = Uuid, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The job, running again.", body = JobView),
+        (status = 403, description = "Viewers change nothing.", body = ErrorBody),
+        (status = 404, description = "No such job (or not the caller's).", body = ErrorBody),
+        (status = 409, description = "Neither failed nor cancelled, or it would fail the same way.", body = ErrorBody),
+        (status = 429, description = "The caller has as many jobs waiting or running as they may.", body = ErrorBody),
+    )
+)]
 pub async fn retry(
     State(state): State<AppState>,
     caller: Caller,
@@ -358,7 +444,18 @@ async fn answer(
     }
 }
 
-/// `GET /api/jobs/{id}`.
+/// Reads a job.
+#[utoipa::path(
+    get,
+    path = "/api/jobs/{id}",
+    operation_id = "getJob",
+    tag = "jobs",
+    params(("id" = Uuid, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The job.", body = JobView),
+        (status = 404, description = "No such job (or not the caller's).", body = ErrorBody),
+    )
+)]
 pub async fn show(
     State(state): State<AppState>,
     caller: Caller,
@@ -367,7 +464,18 @@ pub async fn show(
     visible_job(&state, &caller, id).await.map(Json)
 }
 
-/// `GET /api/jobs/{id}/history`: its changes of status, runs, chunks and what it waits for.
+/// Reads a job's history: its changes of status, runs, chunks and what it waits for.
+#[utoipa::path(
+    get,
+    path = "/api/jobs/{id}/history",
+    operation_id = "getJobHistory",
+    tag = "jobs",
+    params(("id" = Uuid, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The job's history.", body = JobHistory),
+        (status = 404, description = "No such job (or not the caller's).", body = ErrorBody),
+    )
+)]
 pub async fn history(
     State(state): State<AppState>,
     caller: Caller,
@@ -392,9 +500,35 @@ pub async fn visible_job(
         .ok_or_else(|| no_such_job(id))
 }
 
+/// Lists jobs: a page of those the filter selects, newest first, with counts per status.
+///
 /// `GET /api/jobs?status=&type=&owner=&dataset=&from=&to=&errors=&q=&before=&after=&limit=`:
 /// a page of the jobs the caller may see that the filter selects, newest first, with the
 /// counts per status (`app::job_list` has the parameters).
+#[utoipa::path(
+    get,
+    path = "/api/jobs",
+    operation_id = "listJobs",
+    tag = "jobs",
+    params(
+        ("status" = Option<String>, Query, description = "Any of these statuses, comma-separated or repeated (`failed,cancelled`)."),
+        ("type" = Option<String>, Query, description = "Any of these kinds: `import`, `export`, `batch`."),
+        ("owner" = Option<String>, Query, description = "The owner's email or id (members only ever see their own jobs)."),
+        ("dataset" = Option<String>, Query, description = "The dataset's exact name."),
+        ("from" = Option<String>, Query, description = "Created at or after: a date or an RFC 3339 time."),
+        ("to" = Option<String>, Query, description = "Created before: an RFC 3339 time, or a date (its end)."),
+        ("tz" = Option<i32>, Query, description = "The time zone of dates in `from` and `to`, in minutes east of UTC (default 0)."),
+        ("errors" = Option<String>, Query, description = "`1`: only jobs with rows in error."),
+        ("q" = Option<String>, Query, description = "The file or dataset name contains it, or the job id starts with it."),
+        ("before" = Option<String>, Query, description = "The page just older than this cursor (a page's `older`)."),
+        ("after" = Option<String>, Query, description = "The page just newer than this cursor (a page's `newer`)."),
+        ("limit" = Option<i64>, Query, description = "Jobs per page, 1 to 500 (default 50)."),
+    ),
+    responses(
+        (status = 200, description = "A page of jobs.", body = JobPage),
+        (status = 400, description = "A parameter that cannot be read (the message names it).", body = ErrorBody),
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,

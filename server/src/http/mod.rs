@@ -18,7 +18,9 @@ pub mod health;
 pub mod identity;
 mod jobs;
 mod measure;
+mod openapi;
 mod pages;
+mod queue;
 mod quotas;
 mod reports;
 mod request_id;
@@ -99,6 +101,8 @@ pub enum Access {
     Admin,
     /// Admins, and a scraper with the metrics token (`/metrics`).
     Scraper,
+    /// Admins and viewers: the queue's health.
+    Operator,
 }
 
 impl Access {
@@ -116,6 +120,9 @@ impl Access {
             (Self::Admin | Self::Scraper, Some(me)) if me.role != Role::Admin => {
                 Err(ApiError::Forbidden("Only admins can do this.".into()))
             }
+            (Self::Operator, Some(me)) if !me.role.sees_everything() => Err(ApiError::Forbidden(
+                "Only admins and viewers can see the queue.".into(),
+            )),
             _ => Ok(()),
         }
     }
@@ -202,6 +209,7 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
             Anyone,
             datasets::rows,
         ),
+        Endpoint::new(get.clone(), "/api/openapi.json", Anyone, openapi::document),
         Endpoint::new(get.clone(), "/api/session", Public, account::session),
         Endpoint::new(post.clone(), "/api/session", Public, account::sign_in),
         Endpoint::new(delete.clone(), "/api/session", Public, account::sign_out),
@@ -226,6 +234,7 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
             account::revoke_token,
         ),
         Endpoint::new(get.clone(), "/api/users", Admin, users::list),
+        Endpoint::new(get.clone(), "/api/queue", Operator, queue::health),
         Endpoint::new(get.clone(), "/healthz", Public, health::live),
         Endpoint::new(get.clone(), "/readyz", Public, health::ready),
         Endpoint::new(get, scrape::PATH, Scraper, scrape::metrics),

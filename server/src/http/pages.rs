@@ -113,6 +113,12 @@ impl PageData for PgPageData {
     async fn tokens(&self, me: &Me) -> Result<Vec<TokenView>, String> {
         sessions::tokens_of(&self.pool, me.id).await.map_err(text)
     }
+
+    async fn queue_health(&self) -> Result<app::queue_health::QueueHealth, String> {
+        crate::store::queue_health::read(&self.pool)
+            .await
+            .map_err(text)
+    }
 }
 
 /// What every page render and server function gets: the data, and a Content-Security-Policy

@@ -14,9 +14,15 @@ use axum::{
 };
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::{AppState, disposition, error::ApiError, identity::Caller, jobs::visible_job};
+use super::{
+    AppState, disposition,
+    error::{ApiError, ErrorBody},
+    identity::Caller,
+    jobs::visible_job,
+};
 use app::model::JobView;
 
 use crate::{
@@ -32,20 +38,35 @@ use crate::{
 /// Errors read per query while streaming the CSV.
 const CSV_PAGE: i64 = 1000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ErrorsQuery {
+    /// Errors per page, 1 to 1000 (default 100).
     limit: Option<i64>,
     /// The `next` of the previous page.
     after: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorsPage {
     errors: Vec<errors::ReportLine>,
+    /// Pass as `after` for the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     next: Option<i64>,
 }
 
+/// Reads a job's row errors, a page at a time, in sheet order.
+#[utoipa::path(
+    get,
+    path = "/api/jobs/{id}/errors",
+    operation_id = "getJobErrors",
+    tag = "reports",
+    params(("id" = Uuid, Path, description = "The job's id."), ErrorsQuery),
+    responses(
+        (status = 200, description = "A page of the job's errors.", body = ErrorsPage),
+        (status = 404, description = "No such job (or not the caller's).", body = ErrorBody),
+    )
+)]
 pub async fn json(
     State(state): State<AppState>,
     caller: Caller,
@@ -64,6 +85,18 @@ pub async fn json(
     }))
 }
 
+/// Downloads a job's error report as CSV: every bad row as it was, plus `_error`.
+#[utoipa::path(
+    get,
+    path = "/api/jobs/{id}/errors.csv",
+    operation_id = "getJobErrorsCsv",
+    tag = "reports",
+    params(("id" = Uuid, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The report, streamed, as an attachment named after the imported file.", body = String, content_type = "text/csv"),
+        (status = 404, description = "No such job (or not the caller's).", body = ErrorBody),
+    )
+)]
 pub async fn csv(
     State(state): State<AppState>,
     caller: Caller,
@@ -79,7 +112,21 @@ pub async fn csv(
     ))
 }
 
-/// The same report as an XLSX workbook (all cells text), converted while it streams.
+/// Downloads a job's error report as an XLSX workbook (all cells text).
+///
+/// The same report as the CSV, converted while it streams.
+#[utoipa::path(
+    get,
+    path = "/api/jobs/{id}/errors.xlsx",
+    operation_id = "getJobErrorsXlsx",
+    tag = "reports",
+    params(("id" = Uuid, Path, description = "The job's id.")),
+    responses(
+        (status = 200, description = "The report, streamed, as an attachment named after the imported file.", content_type = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+        (status = 404, description = "No such job (or not the caller's).", body = ErrorBody),
+        (status = 422, description = "More rows than an Excel sheet holds: download the CSV.", body = ErrorBody),
+    )
+)]
 pub async fn xlsx(
     State(state): State<AppState>,
     caller: Caller,

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::{
     AppState, disposition,
-    error::ApiError,
+    error::{ApiError, ErrorBody},
     identity::Caller,
     jobs::{job_id, no_such_job},
 };
@@ -26,6 +26,22 @@ use crate::{
     store::{jobs, uploads},
 };
 
+/// Downloads the file a finished export produced.
+#[utoipa::path(
+    get,
+    path = "/api/jobs/{id}/result",
+    operation_id = "getExportResult",
+    tag = "reports",
+    params(("id" = Uuid, Path, description = "The export job's id.")),
+    responses(
+        (status = 200, description = "The file, as an attachment named after the dataset.", content(
+            (String = "text/csv"),
+            ("application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+        )),
+        (status = 404, description = "No such job (or not the caller's), or not an export.", body = ErrorBody),
+        (status = 409, description = "The export is not complete.", body = ErrorBody),
+    )
+)]
 pub async fn download(
     State(state): State<AppState>,
     caller: Caller,

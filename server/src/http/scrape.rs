@@ -36,7 +36,14 @@ pub fn shows_token(headers: &HeaderMap, args: &MetricsArgs) -> bool {
     }
 }
 
-/// `GET /metrics` on the API router.
+/// The metrics, in Prometheus's text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    tag = "operations",
+    responses((status = 200, description = "The metrics.", body = String, content_type = "text/plain; version=0.0.4; charset=utf-8"))
+)]
 pub async fn metrics(State(state): State<AppState>) -> Response {
     text(&state.pool).await
 }

@@ -6,11 +6,57 @@ use axum::{
     http::StatusCode,
 };
 
-use super::{AppState, error::ApiError, identity::Caller};
+use super::{
+    AppState,
+    error::{ApiError, ErrorBody},
+    identity::Caller,
+};
 use futures::TryStreamExt;
+use utoipa::{
+    PartialSchema, ToSchema,
+    openapi::{ObjectBuilder, RefOr, Schema, Type},
+};
 
 use crate::store::uploads::{self, Upload, UploadError, UploadLimits};
 
+/// The form field that holds the file.
+const FILE_FIELD: &str = "file";
+
+/// The form an upload is sent as, in the OpenAPI document.
+pub struct UploadForm;
+
+impl PartialSchema for UploadForm {
+    fn schema() -> RefOr<Schema> {
+        let file = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .content_media_type("application/octet-stream")
+            .description(Some("The file: CSV, XLSX, XLS or ODS."));
+        ObjectBuilder::new()
+            .property(FILE_FIELD, file)
+            .required(FILE_FIELD)
+            .description(Some("Other fields are ignored."))
+            .into()
+    }
+}
+
+impl ToSchema for UploadForm {}
+
+/// Uploads a file, to import with `POST /api/jobs`.
+#[utoipa::path(
+    post,
+    path = "/api/uploads",
+    operation_id = "createUpload",
+    tag = "uploads",
+    request_body(content = UploadForm, content_type = "multipart/form-data"),
+    responses(
+        (status = 201, description = "Stored.", body = Upload),
+        (status = 400, description = "A form that cannot be read, or cut off.", body = ErrorBody),
+        (status = 403, description = "Viewers change nothing.", body = ErrorBody),
+        (status = 413, description = "Larger than the upload limit.", body = ErrorBody),
+        (status = 422, description = "No `file` field, or an empty file.", body = ErrorBody),
+        (status = 429, description = "Too many uploads at once, or the caller's stored files are at their limit.", body = ErrorBody),
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -22,7 +68,7 @@ pub async fn create(
         .await
         .map_err(|err| multipart_error(err, limit))?
     {
-        if field.name() != Some("file") {
+        if field.name() != Some(FILE_FIELD) {
             continue;
         }
         let filename = clean_file_name(field.file_name().unwrap_or("upload.csv"));

@@ -8,9 +8,13 @@ use axum::{
     },
 };
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{AppState, error::ApiError};
+use super::{
+    AppState,
+    error::{ApiError, ErrorBody},
+};
 use crate::{
     auth::Role,
     store::{
@@ -20,25 +24,51 @@ use crate::{
 };
 use app::auth::UserView;
 
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct UserList {
     users: Vec<UserView>,
 }
 
-/// `GET /api/users`: every account, oldest first.
+/// Lists every account, oldest first.
+#[utoipa::path(
+    get,
+    path = "/api/users",
+    operation_id = "listUsers",
+    tag = "users",
+    responses((status = 200, description = "The accounts.", body = UserList))
+)]
 pub async fn list(State(state): State<AppState>) -> Result<Json<UserList>, ApiError> {
     Ok(Json(UserList {
         users: users::accounts(&state.pool).await?,
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct RoleRequest {
+    /// `admin`, `viewer` or `member`.
+    #[schema(example = "viewer")]
     role: String,
 }
 
-/// `PATCH /api/users/{id} {"role"}`: `admin`, `viewer` or `member`; `409` if it would leave
-/// no admin. The change holds from the person's next request.
+/// Changes an account's role.
+///
+/// `admin`, `viewer` or `member`; `409` if it would leave no admin. The change holds from the
+/// person's next request.
+#[utoipa::path(
+    patch,
+    path = "/api/users/{id}",
+    operation_id = "setUserRole",
+    tag = "users",
+    params(("id" = Uuid, Path, description = "The account's id.")),
+    request_body = RoleRequest,
+    responses(
+        (status = 200, description = "The account, with its new role.", body = UserView),
+        (status = 400, description = "Not JSON with a `role`.", body = ErrorBody),
+        (status = 404, description = "No account has that id.", body = ErrorBody),
+        (status = 409, description = "It would leave no admin.", body = ErrorBody),
+        (status = 422, description = "Not `admin`, `viewer` or `member`.", body = ErrorBody),
+    )
+)]
 pub async fn set_role(
     State(state): State<AppState>,
     id: Result<Path<Uuid>, PathRejection>,

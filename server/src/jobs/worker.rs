@@ -37,7 +37,7 @@ use crate::{
     store::{
         history,
         leases::{self, AfterFailure, Item, Lease},
-        notify,
+        notify, processes,
         queue::{QUEUE, TaskMsg},
         states,
     },
@@ -46,12 +46,22 @@ use crate::{
 
 /// Runs workers and the maintenance duties until `shutdown` fires, then drains (see the module docs).
 pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken) {
+    let host = host_name();
     let process = format!(
-        "{}-{}-{}",
-        host_name(),
+        "{host}-{}-{}",
         std::process::id(),
         &Uuid::new_v4().simple().to_string()[..8]
     );
+    let me = processes::Beat {
+        process: process.clone(),
+        host,
+        pid: std::process::id(),
+        slots: args.concurrency.max(1),
+        every: args.heartbeat(),
+    };
+    if let Err(err) = processes::beat(&engine.pool, &me).await {
+        tracing::warn!("cannot register this worker process (its next heartbeat retries): {err}");
+    }
     let runner = Runner {
         engine: engine.clone(),
         process: process.clone(),
@@ -70,6 +80,7 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
         ));
     }
     maintenance::spawn(&mut workers, &engine.pool, args, &shutdown);
+    workers.spawn(beat(engine.pool.clone(), me, shutdown.clone()));
     tracing::info!(workers = args.concurrency, %process, "workers running");
     tokio::select! {
         () = shutdown.cancelled() => {}
@@ -93,7 +104,23 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
         runner.runs.close();
         runner.runs.wait().await;
     }
+    if let Err(err) = processes::stopped(&engine.pool, &process).await {
+        tracing::warn!("cannot record that this worker process stopped: {err}");
+    }
     tracing::info!("workers stopped");
+}
+
+/// Says every heartbeat that this process is alive (`store::processes`), until `shutdown`.
+async fn beat(pool: sqlx::PgPool, me: processes::Beat, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(me.every) => {}
+            () = shutdown.cancelled() => return,
+        }
+        if let Err(err) = processes::beat(&pool, &me).await {
+            tracing::warn!("worker process heartbeat failed (the next one retries): {err}");
+        }
+    }
 }
 
 async fn join_all(tasks: &mut JoinSet<()>) {

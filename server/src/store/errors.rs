@@ -35,7 +35,7 @@ pub async fn insert(
 }
 
 /// One error as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReportLine {
     pub row_no: i64,

@@ -15,7 +15,7 @@ use crate::auth::Sees;
 pub const PART_BYTES: usize = 1 << 20;
 
 /// An upload as the API reports it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Upload {
     pub id: Uuid,
     pub filename: String,

@@ -31,6 +31,8 @@ const READ: [u16; 6] = [200, 404, 200, 200, 404, 404];
 /// Changes to A's things: A and the admin; the viewer may not; for others it does not exist.
 const CHANGE: [u16; 6] = [200, 404, 403, 200, 404, 404];
 const EVERYONE: [u16; 6] = [200; 6];
+/// Who sees the queue: the viewer and the admin.
+const OPERATORS: [bool; 6] = [false, false, true, true, false, false];
 
 /// What member A owns, and everyone's clients.
 struct World {
@@ -295,6 +297,9 @@ impl World {
                 (response(c.get(url)).await, expect_seen(READ, MARK, SEES_A))
             }
             ("GET", "/api/session") => (response(c.get(self.url(path))).await, expect(EVERYONE)),
+            ("GET", "/api/openapi.json") => {
+                (response(c.get(self.url(path))).await, expect(EVERYONE))
+            }
             ("POST", "/api/session") => {
                 let body = json!({ "email": "a@example.com", "password": "wrong password" });
                 (
@@ -353,6 +358,10 @@ impl World {
                 let answer = response(c.patch(url).json(&json!({ "role": "member" }))).await;
                 (answer, expect([403, 403, 403, 200, 403, 401]))
             }
+            ("GET", "/api/queue") => (
+                response(c.get(self.url(path))).await,
+                expect_seen([403, 403, 200, 200, 403, 401], "oldestWaiting", OPERATORS),
+            ),
             ("GET", "/healthz") | ("GET", "/readyz") => {
                 (response(c.get(self.url(path))).await, expect(EVERYONE))
             }
@@ -384,6 +393,14 @@ impl World {
             "/datasets/{name}" | "/datasets/:name" => (
                 get(self.url(&format!("/datasets/contacts?owner={a_id}"))).await,
                 expect_seen(READ, MARK, SEES_A),
+            ),
+            "/admin" => (
+                get(self.url(path)).await,
+                expect_seen(
+                    [403, 403, 200, 200, 403, 403],
+                    "Worker processes",
+                    OPERATORS,
+                ),
             ),
             "/users" => (
                 get(self.url(path)).await,
@@ -433,6 +450,10 @@ impl World {
                 expect_seen(EVERYONE, MARK, SEES_A),
             ),
             "/rpc/session" => (call(String::new()).await, expect(EVERYONE)),
+            "/rpc/queue_health" => (
+                call(String::new()).await,
+                expect_seen([403, 403, 200, 200, 403, 403], "oldestWaiting", OPERATORS),
+            ),
             "/rpc/users" => (
                 call(String::new()).await,
                 expect_seen(
@@ -531,7 +552,7 @@ async fn every_route_answers_each_role_as_it_should() {
     }
 
     let functions = rpc_paths();
-    assert_eq!(functions.len(), 8, "{functions:?}");
+    assert_eq!(functions.len(), 9, "{functions:?}");
     for path in &functions {
         for who in 0..WHO.len() {
             let (response, expect) = world.probe_rpc(path, who).await;

@@ -1,0 +1,159 @@
+//! The queue health figures (`GET /api/queue`, the `/admin` page) from real worker processes:
+//! a process is alive while it beats, with the task it runs now; gone when killed mid-chunk,
+//! its run counted as rescued once another process takes the chunk over; stopped when it stops
+//! cleanly. The backlog and the job waiting longest, and the rows and jobs ended that the hour's
+//! and day's charts add up, exactly.
+
+use crate::support::{
+    TestDb, TestServer, WorkerProcess, account, csv, install_trigger, json_of, until,
+};
+use app::{
+    auth::Role,
+    model::JobStatus,
+    queue_health::{ProcessState, QueueHealth},
+};
+use reqwest::{Client, StatusCode};
+
+async fn health(server: &TestServer, admin: &Client) -> QueueHealth {
+    json_of(admin.get(server.url("/api/queue"))).await
+}
+
+#[tokio::test]
+async fn the_queue_shows_processes_backlog_and_throughput() {
+    const ROWS: usize = 1_000;
+    let db = TestDb::new().await;
+    account(&db, "admin@example.com", Role::Admin).await;
+    // No workers in the server: the processes are the ones started below.
+    let server = TestServer::start(&db, None).await;
+    let admin = server.signed_in("admin@example.com").await;
+
+    let quiet = health(&server, &admin).await;
+    assert!(quiet.processes.is_empty(), "{:?}", quiet.processes);
+    assert_eq!(quiet.oldest_waiting, None);
+    assert!(quiet.backlog.is_empty(), "{:?}", quiet.backlog);
+    assert_eq!((quiet.hour.buckets.len(), quiet.hour.bucket_secs), (60, 60));
+    assert_eq!((quiet.day.buckets.len(), quiet.day.bucket_secs), (96, 900));
+    assert!(quiet.hour.from <= quiet.at && quiet.day.from <= quiet.hour.from);
+
+    // Waiting with no worker: the job is the oldest waiting, its plan the backlog.
+    let job = server.import("held.csv", csv(ROWS), "health").await;
+    let cancelled = server.import("later.csv", csv(10), "health").await;
+    let waiting = health(&server, &admin).await;
+    assert_eq!(waiting.oldest_waiting.map(|w| w.id), Some(job.id));
+    let plans: i64 = waiting
+        .backlog
+        .iter()
+        .filter(|b| b.task == "plan")
+        .map(|b| b.due)
+        .sum();
+    assert_eq!(plans, 2, "{:?}", waiting.backlog);
+    let answer = server
+        .post_json(
+            &format!("/api/jobs/{}/cancel", cancelled.id),
+            serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    let failing = server.import("empty.csv", b"x\n".to_vec(), "other").await;
+
+    // Every chunk waits while the test holds an advisory lock, so the first worker is inside a
+    // chunk's run when it is killed.
+    let mut gate = db.pool.acquire().await.unwrap();
+    sqlx::query("select pg_advisory_lock(42)")
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+    install_trigger(
+        &db,
+        "perform pg_advisory_lock_shared(42); perform pg_advisory_unlock_shared(42);",
+    )
+    .await;
+    let first = WorkerProcess::start(&db, 100);
+    assert_eq!(server.finished(failing.id).await.status, JobStatus::Failed);
+    until("the first worker to be held in a chunk", || async {
+        let now = health(&server, &admin).await;
+        now.processes
+            .iter()
+            .any(|p| p.state == ProcessState::Alive && p.running == 1 && p.slots == 1)
+            && server.job(job.id).await.status == JobStatus::Running
+    })
+    .await;
+    let busy = health(&server, &admin).await;
+    let killed = busy.processes[0].process.clone();
+    assert!(
+        killed.starts_with(&busy.processes[0].host),
+        "{:?}",
+        busy.processes
+    );
+    first.kill_9();
+    until("the killed worker to be gone", || async {
+        health(&server, &admin)
+            .await
+            .processes
+            .iter()
+            .any(|p| p.process == killed && p.state == ProcessState::Gone)
+    })
+    .await;
+    sqlx::query("select pg_advisory_unlock(42)")
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+
+    let second = WorkerProcess::start(&db, 100);
+    let done = server.finished(job.id).await;
+    assert_eq!(done.status, JobStatus::Completed, "{done:?}");
+    let after = health(&server, &admin).await;
+    let states: Vec<_> = after.processes.iter().map(|p| p.state).collect();
+    assert_eq!(
+        states,
+        [ProcessState::Alive, ProcessState::Gone],
+        "{:?}",
+        after.processes
+    );
+    for window in [&after.hour, &after.day] {
+        let total = window.total();
+        // Each chunk's rows once, though one was begun by the killed worker.
+        assert_eq!(total.rows, ROWS as i64, "{window:?}");
+        assert_eq!((total.completed, total.failed, total.cancelled), (1, 1, 1));
+        assert!(total.rescued >= 1, "the killed worker's run: {window:?}");
+        assert_eq!(total.failure_rate(), Some(0.5));
+    }
+    assert_eq!(after.oldest_waiting, None);
+
+    // A clean stop is told apart from a crash.
+    assert!(second.terminate().success());
+    let stopped = health(&server, &admin).await;
+    let states: Vec<_> = stopped.processes.iter().map(|p| p.state).collect();
+    assert_eq!(states, [ProcessState::Stopped, ProcessState::Gone]);
+    assert!(
+        stopped.processes.iter().all(|p| p.running == 0),
+        "{:?}",
+        stopped.processes
+    );
+
+    // The page draws the same figures on the server.
+    let page = admin.get(server.url("/admin")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    assert_eq!(
+        text_of(&html, r#"data-testid="rows-total""#),
+        "1,000",
+        "{html}"
+    );
+    assert!(html.contains(r#"data-state="gone""#), "{html}");
+    assert!(
+        html.matches("<rect").count() >= 2,
+        "bars for the rows and the jobs: {html}"
+    );
+    server.stop().await;
+}
+
+/// The text of the first element with `attribute`, without the comments Leptos marks
+/// hydration points with.
+fn text_of(html: &str, attribute: &str) -> String {
+    let start = html.find(attribute).expect("the element") + attribute.len();
+    let inner = &html[start..];
+    let inner = &inner[inner.find('>').unwrap() + 1..];
+    let inner = &inner[..inner.find("</").unwrap()];
+    inner.replace("<!>", "").replace("<!---->", "")
+}
