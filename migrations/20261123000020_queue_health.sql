@@ -17,6 +17,9 @@ create table worker_processes (
     stopped_at timestamptz
 );
 
+-- The job due longest without a worker: waiting jobs by when they became due (creation, or
+-- a retry).
+create index jobs_waiting_by_due on jobs (run_after) where status = 'waiting';
 -- Rows processed per minute: chunks by the time they were done.
 create index job_chunks_by_done_at on job_chunks (done_at) where done_at is not null;
 -- Jobs finished per minute, and the failure rate: changes of status by time.

@@ -16,7 +16,8 @@ pub struct QueueHealth {
     pub processes: Vec<WorkerProcess>,
     /// Task messages due and not taken, per task (tasks with none left out).
     pub backlog: Vec<TaskBacklog>,
-    /// The job waiting longest for a worker (batches, which wait for their children, aside).
+    /// The waiting job due longest (since it was created or retried), batches (which wait for
+    /// their children) aside.
     pub oldest_waiting: Option<OldestWaiting>,
     /// The last hour, by minute.
     pub hour: Throughput,
@@ -76,13 +77,14 @@ pub struct TaskBacklog {
     pub oldest_secs: f64,
 }
 
-/// The job that has waited longest.
+/// The job that has been due longest without a worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct OldestWaiting {
     pub id: Uuid,
     pub created_at: DateTime<Utc>,
+    /// Since it was due: created, or retried.
     pub waited_secs: f64,
 }
 

@@ -38,13 +38,20 @@ pub fn QueuePage() -> impl IntoView {
 #[component]
 fn Health(first: QueueHealth) -> impl IntoView {
     let health = RwSignal::new(first);
-    // Effects run only in the browser.
+    // Effects run only in the browser. A read still under way skips a tick, so slow answers
+    // neither pile up nor overwrite a newer one.
     Effect::new(move |_| {
+        let reading = StoredValue::new(false);
         let reread = move || {
+            if reading.get_value() {
+                return;
+            }
+            reading.set_value(true);
             leptos::task::spawn_local(async move {
                 if let Ok(now) = get_queue_health().await {
                     health.set(now);
                 }
+                reading.set_value(false);
             });
         };
         if let Ok(handle) = set_interval_with_handle(reread, REFRESH) {
@@ -252,14 +259,11 @@ fn Bars(
     let bars = (0..n)
         .map(|i| {
             let mut top = HEIGHT;
-            let tip = std::iter::once(clock(i))
-                .chain(
-                    series
-                        .iter()
-                        .map(|(_, unit, v)| format!("{} {unit}", rate(v[i]))),
-                )
-                .collect::<Vec<_>>()
-                .join(", ");
+            let values = series
+                .iter()
+                .map(|(_, unit, v)| format!(", {} {unit}", rate(v[i])))
+                .collect::<String>();
+            let tip = move || format!("{}{values}", clock(i));
             let parts = series
                 .iter()
                 .filter(|(_, _, v)| v[i] > 0.0)
@@ -292,9 +296,9 @@ fn Bars(
                 {bars}
             </svg>
             <div class="chart-scale muted">
-                <span>{clock(0)}</span>
+                <span>{move || clock(0)}</span>
                 <span>"peak " {rate(peak)}</span>
-                <span>{format!("now ({})", zone.label())}</span>
+                <span>{move || format!("now ({})", zone.label())}</span>
             </div>
         </div>
     }

@@ -80,7 +80,10 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
         ));
     }
     maintenance::spawn(&mut workers, &engine.pool, args, &shutdown);
-    workers.spawn(beat(engine.pool.clone(), me, shutdown.clone()));
+    // Not one of `workers`, nor stopped by `shutdown`: it beats while anything runs, through
+    // the drain, and stops once all has.
+    let stop_beating = CancellationToken::new();
+    let beating = tokio::spawn(beat(engine.pool.clone(), me, stop_beating.clone()));
     tracing::info!(workers = args.concurrency, %process, "workers running");
     tokio::select! {
         () = shutdown.cancelled() => {}
@@ -104,18 +107,20 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
         runner.runs.close();
         runner.runs.wait().await;
     }
+    stop_beating.cancel();
+    let _ = beating.await;
     if let Err(err) = processes::stopped(&engine.pool, &process).await {
         tracing::warn!("cannot record that this worker process stopped: {err}");
     }
     tracing::info!("workers stopped");
 }
 
-/// Says every heartbeat that this process is alive (`store::processes`), until `shutdown`.
-async fn beat(pool: sqlx::PgPool, me: processes::Beat, shutdown: CancellationToken) {
+/// Says every heartbeat that this process is alive (`store::processes`), until `stop`.
+async fn beat(pool: sqlx::PgPool, me: processes::Beat, stop: CancellationToken) {
     loop {
         tokio::select! {
             () = tokio::time::sleep(me.every) => {}
-            () = shutdown.cancelled() => return,
+            () = stop.cancelled() => return,
         }
         if let Err(err) = processes::beat(&pool, &me).await {
             tracing::warn!("worker process heartbeat failed (the next one retries): {err}");

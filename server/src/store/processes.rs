@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use app::queue_health::{ProcessState, WorkerProcess};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 /// How long a process that stopped or went quiet stays on the page.
 const SHOWN_FOR: Duration = Duration::from_secs(3600);
@@ -61,12 +61,25 @@ pub async fn stopped(pool: &PgPool, process: &str) -> sqlx::Result<()> {
 }
 
 /// The processes seen within the last hour (alive ones beat far more often), newest first,
-/// each with the runs it holds open now.
-pub async fn list(pool: &PgPool) -> sqlx::Result<Vec<WorkerProcess>> {
+/// each with the leases it holds now: its open runs (few, from their index) whose lease it
+/// still holds, so a run its worker could not end, or one of a job that ended before the
+/// lease was rescued, does not count.
+pub async fn list(conn: &mut PgConnection) -> sqlx::Result<Vec<WorkerProcess>> {
     let rows = sqlx::query!(
         r#"with running as (
-               select split_part(run, '/', 1) as process, count(*) as runs
-               from job_runs where ended_at is null group by 1)
+               select split_part(r.run, '/', 1) as process, count(*) as runs
+               from job_runs r
+               where r.ended_at is null
+                 and case when r.chunk_no is null
+                          then exists (select 1 from jobs j
+                                       where j.id = r.job_id and j.lease_owner = r.run
+                                         and j.lease_expires_at > now())
+                          else exists (select 1 from job_chunks c
+                                       where c.job_id = r.job_id and c.chunk_no = r.chunk_no
+                                         and c.lease_owner = r.run
+                                         and c.lease_expires_at > now())
+                     end
+               group by 1)
            select p.process, p.host, p.pid, p.slots, p.started_at, p.seen_at,
                   p.stopped_at is not null as "stopped!",
                   p.seen_at < now() - make_interval(secs => 3 * p.beat_secs) as "quiet!",
@@ -76,7 +89,7 @@ pub async fn list(pool: &PgPool) -> sqlx::Result<Vec<WorkerProcess>> {
            order by p.started_at desc, p.process"#,
         SHOWN_FOR.as_secs_f64(),
     )
-    .fetch_all(pool)
+    .fetch_all(conn)
     .await?;
     Ok(rows
         .into_iter()

@@ -70,15 +70,23 @@ async fn the_queue_shows_processes_backlog_and_throughput() {
     .await;
     let first = WorkerProcess::start(&db, 100);
     assert_eq!(server.finished(failing.id).await.status, JobStatus::Failed);
-    until("the first worker to be held in a chunk", || async {
-        let now = health(&server, &admin).await;
-        now.processes
-            .iter()
-            .any(|p| p.state == ProcessState::Alive && p.running == 1 && p.slots == 1)
-            && server.job(job.id).await.status == JobStatus::Running
-    })
+    until(
+        "the first worker to be held in a chunk, at the gate",
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "select count(*) from pg_locks where locktype = 'advisory' and not granted",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+                == 1
+        },
+    )
     .await;
     let busy = health(&server, &admin).await;
+    assert_eq!(busy.processes.len(), 1, "{:?}", busy.processes);
+    let p = &busy.processes[0];
+    assert_eq!((p.state, p.running, p.slots), (ProcessState::Alive, 1, 1));
     let killed = busy.processes[0].process.clone();
     assert!(
         killed.starts_with(&busy.processes[0].host),
