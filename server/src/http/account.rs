@@ -125,6 +125,7 @@ pub async fn sign_out(
         (status = 403, description = "Sign-up is switched off.", body = ErrorBody),
         (status = 409, description = "The email is taken.", body = ErrorBody),
         (status = 422, description = "Not an email, or too short a password.", body = ErrorBody),
+        (status = 429, description = "Too many passwords being hashed at once: try again shortly (`Retry-After`).", body = ErrorBody),
     )
 )]
 pub async fn sign_up(
@@ -170,6 +171,7 @@ pub struct PasswordChange {
         (status = 204, description = "Changed."),
         (status = 400, description = "Not JSON with `current` and `new`.", body = ErrorBody),
         (status = 422, description = "The current password is wrong, or the new one too short.", body = ErrorBody),
+        (status = 429, description = "Too many passwords being hashed at once: try again shortly (`Retry-After`).", body = ErrorBody),
     )
 )]
 pub async fn password(

@@ -159,7 +159,7 @@ pub async fn log(
     State(state): State<AppState>,
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<AuditPage>, ApiError> {
-    let Query(query) = query.map_err(|err| ApiError::BadRequest(err.body_text()))?;
+    let Query(query) = query?;
     let limit = query.limit.unwrap_or(50).clamp(1, 500);
     let entries = audit::list(&state.pool, query.before, limit).await?;
     let next = (entries.len() as i64 == limit)

@@ -4,7 +4,10 @@
 
 use axum::{
     Json,
-    extract::{Path, Query, State, rejection::JsonRejection},
+    extract::{
+        Path, Query, State,
+        rejection::{JsonRejection, QueryRejection},
+    },
     http::StatusCode,
 };
 use serde::{Deserialize, Serialize};
@@ -113,6 +116,7 @@ pub fn dataset_owner(caller: &Caller, asked: Option<Uuid>) -> Option<Uuid> {
     params(("name" = String, Path, description = "The dataset's name."), OwnerQuery),
     responses(
         (status = 200, description = "The dataset.", body = DatasetView),
+        (status = 400, description = "An `owner` that is not a user id.", body = ErrorBody),
         (status = 404, description = "No such dataset (or not one the caller may see).", body = ErrorBody),
     )
 )]
@@ -120,8 +124,9 @@ pub async fn show(
     State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
-    Query(query): Query<OwnerQuery>,
+    query: Result<Query<OwnerQuery>, QueryRejection>,
 ) -> Result<Json<DatasetView>, ApiError> {
+    let Query(query) = query?;
     let owner = dataset_owner(&caller, query.owner).ok_or_else(|| no_such_dataset(&name))?;
     datasets::find(&state.pool, owner, &name)
         .await?
@@ -162,7 +167,7 @@ pub struct RowsPage {
     params(("name" = String, Path, description = "The dataset's name."), RowsQuery),
     responses(
         (status = 200, description = "A page of rows.", body = RowsPage),
-        (status = 400, description = "An `after` that is not a page's `next`.", body = ErrorBody),
+        (status = 400, description = "An `after` that is not a page's `next`, or a parameter that does not parse.", body = ErrorBody),
         (status = 404, description = "No such dataset (or not one the caller may see).", body = ErrorBody),
     )
 )]
@@ -170,8 +175,9 @@ pub async fn rows(
     State(state): State<AppState>,
     caller: Caller,
     Path(name): Path<String>,
-    Query(query): Query<RowsQuery>,
+    query: Result<Query<RowsQuery>, QueryRejection>,
 ) -> Result<Json<RowsPage>, ApiError> {
+    let Query(query) = query?;
     let owner = dataset_owner(&caller, query.owner).ok_or_else(|| no_such_dataset(&name))?;
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
     let after = query.after.as_deref().map(decode_cursor).transpose()?;

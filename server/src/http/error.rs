@@ -124,6 +124,20 @@ impl From<axum::extract::rejection::JsonRejection> for ApiError {
     }
 }
 
+/// A query string that does not parse into the endpoint's parameters.
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::QueryRejection) -> Self {
+        Self::BadRequest(rejection.body_text())
+    }
+}
+
+/// An upload that is not `multipart/form-data`.
+impl From<axum::extract::multipart::MultipartRejection> for ApiError {
+    fn from(rejection: axum::extract::multipart::MultipartRejection) -> Self {
+        Self::BadRequest(rejection.body_text())
+    }
+}
+
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
         Self::Internal(err.into())

@@ -278,9 +278,11 @@ fn session_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 }
 
 /// Paths a visitor may reach without an account in `required` mode: signing in and up, and
-/// what those pages load. API routes are checked by their [`super::Access`] instead.
+/// what those pages load. API routes (and `/metrics`) are checked by their [`super::Access`]
+/// instead, which answers 401 rather than sending a program to the sign-in page.
 fn open_without_account(path: &str) -> bool {
     path.starts_with("/api/")
+        || path == super::scrape::PATH
         || path.starts_with("/pkg/")
         || matches!(path, "/login" | "/signup" | "/favicon.svg" | "/rpc/session")
 }

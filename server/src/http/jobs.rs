@@ -504,7 +504,7 @@ pub async fn visible_job(
 ///
 /// `GET /api/jobs?status=&type=&owner=&dataset=&from=&to=&errors=&q=&before=&after=&limit=`:
 /// a page of the jobs the caller may see that the filter selects, newest first, with the
-/// counts per status (`app::job_list` has the parameters).
+/// counts per status.
 #[utoipa::path(
     get,
     path = "/api/jobs",
@@ -512,13 +512,13 @@ pub async fn visible_job(
     tag = "jobs",
     params(
         ("status" = Option<String>, Query, description = "Any of these statuses, comma-separated or repeated (`failed,cancelled`)."),
-        ("type" = Option<String>, Query, description = "Any of these kinds: `import`, `export`, `batch`."),
+        ("type" = Option<String>, Query, description = "Any of these kinds, comma-separated or repeated: `import`, `export`, `batch`."),
         ("owner" = Option<String>, Query, description = "The owner's email or id (members only ever see their own jobs)."),
         ("dataset" = Option<String>, Query, description = "The dataset's exact name."),
         ("from" = Option<String>, Query, description = "Created at or after: a date or an RFC 3339 time."),
         ("to" = Option<String>, Query, description = "Created before: an RFC 3339 time, or a date (its end)."),
         ("tz" = Option<i32>, Query, description = "The time zone of dates in `from` and `to`, in minutes east of UTC (default 0)."),
-        ("errors" = Option<String>, Query, description = "`1`: only jobs with rows in error."),
+        ("errors" = Option<String>, Query, description = "`1` (or `true`, `yes`, `on`): only jobs with rows in error; `0` (`false`, `no`): no filter."),
         ("q" = Option<String>, Query, description = "The file or dataset name contains it, or the job id starts with it."),
         ("before" = Option<String>, Query, description = "The page just older than this cursor (a page's `older`)."),
         ("after" = Option<String>, Query, description = "The page just newer than this cursor (a page's `newer`)."),

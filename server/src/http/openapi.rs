@@ -1,8 +1,9 @@
 //! `GET /api/openapi.json`: the OpenAPI 3.1 document of the whole JSON API, so that clients
 //! (and generated ones) have one source to read instead of the handlers. Each handler
 //! describes itself (`#[utoipa::path]`, its doc comment the summary and description); who may
-//! call it is added here from the route table ([`super::endpoints`]), so the document cannot
-//! disagree with the checks the router makes. `tests/it/openapi.rs` fails when a route of the
+//! call it is added here from the route table ([`super::endpoints`]), so the document names
+//! the access the router checks (in guest mode, the default: with `CONVEYOR_AUTH=required` a
+//! visitor without a session gets the 401 it lists instead). `tests/it/openapi.rs` fails when a route of the
 //! router is missing from the document, or the document has one the router lacks.
 
 use std::sync::LazyLock;
@@ -137,11 +138,13 @@ fn rule(access: Access) -> Rule {
         refusals: &[UNAUTHORIZED, FORBIDDEN],
     };
     match access {
+        // Signing in, up and out, and asking who one is: no session needed, but one sent is
+        // used (and a bad API token refused).
         Access::Public => Rule {
             who: "public: no session needed.",
             anonymous: true,
-            schemes: &[],
-            refusals: &[],
+            schemes: &[SESSION, API_TOKEN],
+            refusals: &[UNAUTHORIZED],
         },
         Access::Anyone => Rule {
             who: "anyone with a session or an API token; in guest mode (the default) any \
@@ -209,7 +212,16 @@ impl Modify for Accesses {
             else {
                 continue;
             };
-            let rule = rule(access);
+            // The probes look at no credentials at all.
+            let rule = if super::health::PATHS.contains(&path) {
+                Rule {
+                    schemes: &[],
+                    refusals: &[],
+                    ..rule(access)
+                }
+            } else {
+                rule(access)
+            };
             let line = format!("Access: {}", rule.who);
             operation.description = Some(match operation.description.take() {
                 Some(text) if !text.is_empty() => format!("{text}\n\n{line}"),

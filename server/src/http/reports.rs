@@ -5,7 +5,10 @@
 use axum::{
     Json,
     body::Body,
-    extract::{Path, Query, State, rejection::PathRejection},
+    extract::{
+        Path, Query, State,
+        rejection::{PathRejection, QueryRejection},
+    },
     http::{
         HeaderValue,
         header::{CONTENT_DISPOSITION, CONTENT_TYPE},
@@ -64,6 +67,7 @@ pub struct ErrorsPage {
     params(("id" = Uuid, Path, description = "The job's id."), ErrorsQuery),
     responses(
         (status = 200, description = "A page of the job's errors.", body = ErrorsPage),
+        (status = 400, description = "A `limit` or `after` that is not a number.", body = ErrorBody),
         (status = 404, description = "No such job (or not the caller's).", body = ErrorBody),
     )
 )]
@@ -71,9 +75,10 @@ pub async fn json(
     State(state): State<AppState>,
     caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
-    Query(query): Query<ErrorsQuery>,
+    query: Result<Query<ErrorsQuery>, QueryRejection>,
 ) -> Result<Json<ErrorsPage>, ApiError> {
     let id = visible_job(&state, &caller, id).await?.id;
+    let Query(query) = query?;
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
     let lines = errors::page(&state.pool, id, query.after.unwrap_or(0), limit).await?;
     let next = (lines.len() as i64 == limit)

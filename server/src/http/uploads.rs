@@ -2,7 +2,10 @@
 
 use axum::{
     Json,
-    extract::{Multipart, State, multipart::MultipartError},
+    extract::{
+        Multipart, State,
+        multipart::{MultipartError, MultipartRejection},
+    },
     http::StatusCode,
 };
 
@@ -50,7 +53,7 @@ impl ToSchema for UploadForm {}
     request_body(content = UploadForm, content_type = "multipart/form-data"),
     responses(
         (status = 201, description = "Stored.", body = Upload),
-        (status = 400, description = "A form that cannot be read, or cut off.", body = ErrorBody),
+        (status = 400, description = "Not a `multipart/form-data` request, or a form that cannot be read, or cut off.", body = ErrorBody),
         (status = 403, description = "Viewers change nothing.", body = ErrorBody),
         (status = 413, description = "Larger than the upload limit.", body = ErrorBody),
         (status = 422, description = "No `file` field, or an empty file.", body = ErrorBody),
@@ -60,8 +63,9 @@ impl ToSchema for UploadForm {}
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
-    mut multipart: Multipart,
+    multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<(StatusCode, Json<Upload>), ApiError> {
+    let mut multipart = multipart?;
     let limit = state.max_upload_bytes;
     while let Some(field) = multipart
         .next_field()

@@ -343,6 +343,8 @@ async fn required_mode_admits_only_accounts_and_sign_up_can_be_switched_off() {
         ("GET", "/api/jobs"),
         ("POST", "/api/uploads"),
         ("GET", "/api/jobs/events"),
+        // A program, not a page: no sign-in redirect.
+        ("GET", "/metrics"),
     ] {
         let response = visitor
             .request(method.parse().unwrap(), server.url(path))

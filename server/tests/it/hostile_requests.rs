@@ -519,6 +519,25 @@ async fn out_of_range_and_flag_like_parameters_get_422_and_secrets_stay_hidden()
         .import("données.csv", b"id,n\n1,2\n2\n".to_vec(), "names")
         .await;
     server.finished(job.id).await;
+
+    // Parameters that do not parse, and an upload that is not a form, get the API's own
+    // error, like every other refusal.
+    let errors = format!("/api/jobs/{}/errors?limit=many", job.id);
+    for (path, body) in [
+        (errors.as_str(), None),
+        ("/api/datasets/names?owner=me", None),
+        ("/api/datasets/names/rows?limit=-", None),
+        ("/api/uploads", Some("not a form")),
+    ] {
+        let request = match body {
+            Some(body) => server.client.post(server.url(path)).body(body),
+            None => server.client.get(server.url(path)),
+        };
+        let answer = request.send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{path}");
+        let error: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(error["error"]["code"], "bad_request", "{path}: {error}");
+    }
     let report = server
         .client
         .get(server.url(&format!("/api/jobs/{}/errors.csv", job.id)))

@@ -1,13 +1,13 @@
 //! `GET /api/openapi.json`: an OpenAPI 3.1 document of every route of the router (and of none
-//! it lacks), each operation with its own id, saying who may call it and declaring its path's
-//! parameters, and every `$ref` in it leading to something in it. A route added without its
+//! it lacks), each operation with its own id, saying who may call it (in words, and as the
+//! security its access means) and declaring its path's parameters, and every `$ref` in it leading to something in it. A route added without its
 //! `#[utoipa::path]` fails here, by name.
 
 use std::collections::BTreeSet;
 
 use reqwest::StatusCode;
 use serde_json::Value;
-use server::http::route_table;
+use server::http::{Access, route_table};
 
 use crate::support::{TestDb, TestServer};
 
@@ -83,19 +83,37 @@ async fn the_openapi_document_describes_every_route_of_the_router() {
     );
 
     let mut operation_ids = BTreeSet::new();
-    for (method, path) in &routed {
+    for (method, path, access) in route_table() {
+        let method = method.as_str().to_lowercase();
         let route = format!("{} {path}", method.to_uppercase());
-        let operation = &doc["paths"][path][method];
+        let operation = &doc["paths"][path][&method];
         let id = operation["operationId"].as_str().unwrap_or_default();
         assert!(
-            operation_ids.insert(id),
-            "{route}: operationId {id:?} is not unique"
+            !id.is_empty() && operation_ids.insert(id),
+            "{route}: operationId {id:?} is missing or not unique"
         );
         let description = operation["description"].as_str().unwrap_or_default();
         assert!(
             description.contains("Access: "),
             "{route} does not say who may call it: {description:?}"
         );
+        // Each requirement names one scheme; `{}` (anonymous) names none.
+        let security: Vec<&str> = operation["security"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|requirement| {
+                let schemes = requirement.as_object().expect("a security requirement");
+                schemes.keys().next().map_or("", String::as_str)
+            })
+            .collect();
+        let expected: &[&str] = match access {
+            _ if ["/healthz", "/readyz"].contains(&path) => &[],
+            Access::Public | Access::Anyone => &["", "session", "apiToken"],
+            Access::Scraper => &["session", "apiToken", "metricsToken"],
+            Access::Account | Access::Admin | Access::Operator => &["session", "apiToken"],
+        };
+        assert_eq!(security, expected, "{route}: the security of {access:?}");
         let declared: BTreeSet<&str> = operation["parameters"]
             .as_array()
             .into_iter()
