@@ -71,7 +71,7 @@ fn parse_role(word: &str) -> Result<app::auth::Role, String> {
 
 #[derive(Args, Debug, Clone)]
 pub struct ConvertArgs {
-    /// The sheet to convert (default: the first with a value).
+    /// The sheet to convert (default: the first that holds a table).
     #[arg(long)]
     pub sheet: Option<String>,
 }

@@ -51,7 +51,7 @@ pub struct CreateJob {
     /// The dataset to import into (made from the file's header if it does not exist) or to
     /// export.
     dataset: Option<String>,
-    /// For a workbook: the sheet to import (default: the first with a value).
+    /// For a workbook: the sheet to import (default: the first that holds a table: a header and a row under it).
     sheet: Option<String>,
     /// For an export: `csv` (the default) or `xlsx`.
     #[schema(value_type = Option<ExportFormat>)]

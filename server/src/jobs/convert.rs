@@ -89,7 +89,7 @@ pub fn too_large(size: u64) -> Option<FileError> {
 }
 
 impl Conversion {
-    /// Starts converting the job's upload (the sheet it names, or the first with a value);
+    /// Starts converting the job's upload (the sheet it names, or the first holding a table);
     /// the child's stdout, for reading on a blocking thread: the announcement, then the CSV.
     pub fn start(engine: &Engine, job: &ImportJob) -> Result<(Conversion, File), TaskError> {
         // `sh` sets the limits, then becomes the converter: `$0` is the program, `$1` the

@@ -47,7 +47,7 @@ pub struct Created {
 }
 
 /// Queues the import of one of `owner`'s uploads into their dataset (created when new);
-/// `sheet` picks a workbook's sheet (the first with a value when `None`).
+/// `sheet` picks a workbook's sheet (the first holding a table when `None`).
 pub async fn import(
     pool: &PgPool,
     owner: Uuid,

@@ -75,7 +75,7 @@ enum Cells {
     Xlsx(xlsx::Workbook),
 }
 
-/// Writes the sheet named `sheet` (the first one with a value when `None`) to `out` as
+/// Writes the sheet named `sheet` (by default the first that holds a table: [`first_table`]) to `out` as
 /// comma-separated CSV whose first record is the sheet's first non-empty row. With `announce`,
 /// a line of JSON (a [`Converted`]) comes first, as soon as the header is found: a reader of
 /// the stream then knows the sheet's row numbers before its first row arrives.
@@ -156,17 +156,17 @@ fn choose_xlsx_sheet(book: &mut xlsx::Workbook, wanted: Option<&str>) -> Result<
     if let Some(wanted) = wanted {
         return named(&names, wanted);
     }
-    for name in names {
-        let mut found = false;
-        book.cells(&name, |_| {
-            found = true;
-            Ok(ControlFlow::Break(()))
+    first_table(names, |name| {
+        let mut seen = TableSeen::default();
+        book.cells(name, |cell| {
+            Ok(if seen.cell(cell.row, cell.text) {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            })
         })?;
-        if found {
-            return Ok(name);
-        }
-    }
-    Err(FileError::Empty.into())
+        Ok(seen)
+    })
 }
 
 fn choose_range_sheet<R: Reader<Cursor<B>>, B>(
@@ -181,17 +181,62 @@ where
     if let Some(wanted) = wanted {
         return named(&names, wanted);
     }
-    for name in names {
-        let range = book.worksheet_range(&name).map_err(unreadable)?;
-        if range.used_cells().any(|(_, _, value)| {
-            let mut text = String::new();
+    first_table(names, |name| {
+        let range = book.worksheet_range(name).map_err(unreadable)?;
+        let (row0, _) = range.start().unwrap_or_default();
+        let mut seen = TableSeen::default();
+        let mut text = String::new();
+        for (row, _, value) in range.used_cells() {
+            text.clear();
             write_text(value, &mut text);
-            !text.is_empty()
-        }) {
+            if seen.cell(row0 + row as u32, &text) {
+                break;
+            }
+        }
+        Ok(seen)
+    })
+}
+
+/// The sheet imported when none is named: the first that holds a table (a row with a value,
+/// its header, and a later one), so a cover sheet of a sentence or two ("Read me") is passed
+/// over; failing that, the first with a value (whose import then says it has no data rows).
+fn first_table(
+    names: Vec<String>,
+    mut scan: impl FnMut(&str) -> Result<TableSeen, ScanError>,
+) -> Result<String, ScanError> {
+    let mut first_with_value = None;
+    for name in names {
+        let seen = scan(&name)?;
+        if seen.data {
             return Ok(name);
         }
+        if seen.header_row.is_some() && first_with_value.is_none() {
+            first_with_value = Some(name);
+        }
     }
-    Err(FileError::Empty.into())
+    first_with_value.ok_or_else(|| FileError::Empty.into())
+}
+
+/// What a sheet's cells, seen in row order, show of a table.
+#[derive(Debug, Default)]
+struct TableSeen {
+    /// The first row with a value: the header.
+    header_row: Option<u32>,
+    /// A later row has a value too.
+    data: bool,
+}
+
+impl TableSeen {
+    /// Sees one cell; whether the sheet is now known to hold a table.
+    fn cell(&mut self, row: u32, text: &str) -> bool {
+        if !text.is_empty() {
+            match self.header_row {
+                None => self.header_row = Some(row),
+                Some(header) => self.data |= row > header,
+            }
+        }
+        self.data
+    }
 }
 
 /// The sheet the person named: exactly, or else ignoring case and surrounding spaces.
@@ -622,6 +667,47 @@ mod tests {
         assert!(err.contains("Notes, People"), "{err}");
         let err = message(convert(&people_xlsx(), Some("Notes")).unwrap_err());
         assert_eq!(err, FileError::Empty.to_string());
+    }
+
+    #[test]
+    fn by_default_the_first_sheet_holding_a_table_is_imported_not_a_cover_sheet() {
+        let mut book = Workbook::new();
+        let cover = book.add_worksheet().set_name("Read me").unwrap();
+        cover
+            .write_string(
+                0,
+                0,
+                "Contacts exported on Monday. The data is on the next sheet.",
+            )
+            .unwrap();
+        cover.write_string(0, 3, "v2").unwrap();
+        let contacts = book.add_worksheet().set_name("Contacts").unwrap();
+        contacts.write_string(1, 0, "email").unwrap();
+        contacts.write_string(2, 0, "ada@example.com").unwrap();
+        let (converted, csv) = convert(&book.save_to_buffer().unwrap(), None).unwrap();
+        assert_eq!(
+            (converted.sheet.as_str(), csv.as_str()),
+            ("Contacts", "email\nada@example.com\n")
+        );
+
+        // No sheet holds a table: the first with a value, whose import says what is missing.
+        let mut book = Workbook::new();
+        book.add_worksheet().set_name("Blank").unwrap();
+        book.add_worksheet()
+            .set_name("Header")
+            .unwrap()
+            .write_string(0, 0, "email")
+            .unwrap();
+        book.add_worksheet()
+            .set_name("Other")
+            .unwrap()
+            .write_string(0, 0, "name")
+            .unwrap();
+        let (converted, csv) = convert(&book.save_to_buffer().unwrap(), None).unwrap();
+        assert_eq!(
+            (converted.sheet.as_str(), csv.as_str()),
+            ("Header", "email\n")
+        );
     }
 
     #[test]

@@ -15,11 +15,16 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(format!("{FIXTURES}/{name}")).unwrap()
 }
 
-/// An "Orders" sheet after an empty one: the header on sheet row 3 (two empty rows above it),
-/// 250 good rows and one bad row (sheet row 100).
+/// An "Orders" sheet after a cover sheet of one sentence (which the import passes over: it
+/// holds no table): the header on sheet row 3 (two empty rows above it), 250 good rows and one
+/// bad row (sheet row 100).
 fn orders_xlsx() -> Vec<u8> {
     let mut book = Workbook::new();
-    book.add_worksheet().set_name("Cover").unwrap();
+    book.add_worksheet()
+        .set_name("Cover")
+        .unwrap()
+        .write_string(0, 0, "Orders of March. Read me first: totals are in euros.")
+        .unwrap();
     let sheet = book.add_worksheet().set_name("Orders").unwrap();
     let date = Format::new().set_num_format("dd/mm/yyyy");
     for (col, name) in ["order", "placed", "total", "paid"].into_iter().enumerate() {
