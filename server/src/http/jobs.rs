@@ -51,7 +51,7 @@ pub struct CreateJob {
     /// The dataset to import into (made from the file's header if it does not exist) or to
     /// export.
     dataset: Option<String>,
-    /// For a workbook: the sheet to import (default: the first that holds a table: a header and a row under it).
+    /// For a workbook: the sheet to import (default: the first sheet not hidden that holds a table, passing over a cover sheet).
     sheet: Option<String>,
     /// For an export: `csv` (the default) or `xlsx`.
     #[schema(value_type = Option<ExportFormat>)]

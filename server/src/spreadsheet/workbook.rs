@@ -17,7 +17,8 @@ use std::{
 };
 
 use calamine::{
-    Data, DataType, Ods, Range, Reader, Xls, XlsError, Xlsx, XlsxError, open_workbook_from_rs,
+    Data, DataType, Ods, Range, Reader, SheetVisible, Xls, XlsError, Xlsx, XlsxError,
+    open_workbook_from_rs,
 };
 
 use super::{
@@ -152,11 +153,10 @@ fn is_ods(bytes: &[u8]) -> bool {
 }
 
 fn choose_xlsx_sheet(book: &mut xlsx::Workbook, wanted: Option<&str>) -> Result<String, ScanError> {
-    let names = book.sheet_names();
     if let Some(wanted) = wanted {
-        return named(&names, wanted);
+        return named(&book.sheet_names(), wanted);
     }
-    first_table(names, |name| {
+    first_table(book.shown_sheet_names(), |name| {
         let mut seen = TableSeen::default();
         book.cells(name, |cell| {
             Ok(if seen.cell(cell.row, cell.text) {
@@ -177,11 +177,16 @@ where
     Cursor<B>: Read + io::Seek,
     R::Error: std::fmt::Display,
 {
-    let names = book.sheet_names();
     if let Some(wanted) = wanted {
-        return named(&names, wanted);
+        return named(&book.sheet_names(), wanted);
     }
-    first_table(names, |name| {
+    let shown = book
+        .sheets_metadata()
+        .iter()
+        .filter(|sheet| sheet.visible == SheetVisible::Visible)
+        .map(|sheet| sheet.name.clone())
+        .collect();
+    first_table(shown, |name| {
         let range = book.worksheet_range(name).map_err(unreadable)?;
         let (row0, _) = range.start().unwrap_or_default();
         let mut seen = TableSeen::default();
@@ -197,42 +202,54 @@ where
     })
 }
 
-/// The sheet imported when none is named: the first that holds a table (a row with a value,
-/// its header, and a later one), so a cover sheet of a sentence or two ("Read me") is passed
-/// over; failing that, the first with a value (whose import then says it has no data rows).
+/// The sheet imported when none is named, among those shown as tabs (a hidden one holds
+/// drop-down lists or lookups): the first that holds a table at least two columns wide (a
+/// header of two or more values, and a later row with a value), so a cover sheet ("Read me":
+/// a title, a few lines of notes, one value a row) is passed over; failing that, the first
+/// that holds any table; failing that, the first with a value (whose import then says it has
+/// no data rows).
 fn first_table(
     names: Vec<String>,
     mut scan: impl FnMut(&str) -> Result<TableSeen, ScanError>,
 ) -> Result<String, ScanError> {
-    let mut first_with_value = None;
+    let (mut narrow, mut with_value) = (None, None);
     for name in names {
         let seen = scan(&name)?;
-        if seen.data {
+        if seen.data && seen.header_width >= 2 {
             return Ok(name);
         }
-        if seen.header_row.is_some() && first_with_value.is_none() {
-            first_with_value = Some(name);
+        if seen.data && narrow.is_none() {
+            narrow = Some(name);
+        } else if seen.header_row.is_some() && with_value.is_none() {
+            with_value = Some(name);
         }
     }
-    first_with_value.ok_or_else(|| FileError::Empty.into())
+    narrow.or(with_value).ok_or_else(|| FileError::Empty.into())
 }
 
 /// What a sheet's cells, seen in row order, show of a table.
 #[derive(Debug, Default)]
 struct TableSeen {
-    /// The first row with a value: the header.
+    /// The first row with a value: the header…
     header_row: Option<u32>,
+    /// …and how many values it holds.
+    header_width: usize,
     /// A later row has a value too.
     data: bool,
 }
 
 impl TableSeen {
-    /// Sees one cell; whether the sheet is now known to hold a table.
+    /// Sees one cell; whether the sheet is now known to hold a table (its header complete).
     fn cell(&mut self, row: u32, text: &str) -> bool {
         if !text.is_empty() {
             match self.header_row {
-                None => self.header_row = Some(row),
-                Some(header) => self.data |= row > header,
+                None => {
+                    self.header_row = Some(row);
+                    self.header_width = 1;
+                }
+                Some(header) if row == header => self.header_width += 1,
+                Some(header) if row > header => self.data = true,
+                Some(_) => {}
             }
         }
         self.data
@@ -689,6 +706,42 @@ mod tests {
             (converted.sheet.as_str(), csv.as_str()),
             ("Contacts", "email\nada@example.com\n")
         );
+
+        // A cover of a title and notes, a value a row, then a table two columns wide.
+        let mut book = Workbook::new();
+        let cover = book.add_worksheet().set_name("Read me").unwrap();
+        for (row, line) in ["Contacts", "", "Exported on Monday.", "Owner: sales"]
+            .iter()
+            .enumerate()
+        {
+            cover.write_string(row as u32, 0, *line).unwrap();
+        }
+        let contacts = book.add_worksheet().set_name("Contacts").unwrap();
+        for (col, value) in ["email", "name"].iter().enumerate() {
+            contacts.write_string(0, col as u16, *value).unwrap();
+            contacts.write_string(1, col as u16, "x").unwrap();
+        }
+        let (converted, _) = convert(&book.save_to_buffer().unwrap(), None).unwrap();
+        assert_eq!(converted.sheet, "Contacts");
+
+        // A hidden sheet (drop-down lists) is never taken by default: here the header-only
+        // sheet is, and its import will say it has no rows. Named, a hidden sheet is read.
+        let mut book = Workbook::new();
+        book.add_worksheet()
+            .set_name("Data")
+            .unwrap()
+            .write_string(0, 0, "email")
+            .unwrap();
+        let lists = book.add_worksheet().set_name("Lists").unwrap();
+        lists.write_string(0, 0, "country").unwrap();
+        lists.write_string(0, 1, "code").unwrap();
+        lists.write_string(1, 0, "Portugal").unwrap();
+        lists.set_hidden(true);
+        let bytes = book.save_to_buffer().unwrap();
+        let (converted, _) = convert(&bytes, None).unwrap();
+        assert_eq!(converted.sheet, "Data");
+        let (converted, _) = convert(&bytes, Some("Lists")).unwrap();
+        assert_eq!(converted.sheet, "Lists");
 
         // No sheet holds a table: the first with a value, whose import says what is missing.
         let mut book = Workbook::new();

@@ -30,7 +30,7 @@ use calamine::{ExcelDateTime, ExcelDateTimeType};
 use zip::ZipArchive;
 
 use self::{
-    package::{Relationships, part, read_workbook, sheet_part},
+    package::{Relationships, SheetEntry, part, read_workbook, sheet_part},
     styles::{NumberKind, Styles},
     text::{SharedStrings, push_text, read_string_item, unescape_ooxml},
     xml::{Event, XmlError, XmlReader},
@@ -92,8 +92,8 @@ pub struct Cell<'a> {
 pub struct Workbook {
     zip: ZipArchive<Cursor<Vec<u8>>>,
     budget: Budget,
-    /// Names and part paths, in the workbook's order.
-    sheets: Vec<(String, String)>,
+    /// In the workbook's order.
+    sheets: Vec<SheetEntry>,
     values: Values,
 }
 
@@ -137,7 +137,16 @@ impl Workbook {
     }
 
     pub fn sheet_names(&self) -> Vec<String> {
-        self.sheets.iter().map(|(name, _)| name.clone()).collect()
+        self.sheets.iter().map(|entry| entry.name.clone()).collect()
+    }
+
+    /// The sheets among Excel's tabs (not hidden), in order.
+    pub fn shown_sheet_names(&self) -> Vec<String> {
+        self.sheets
+            .iter()
+            .filter(|entry| !entry.hidden)
+            .map(|entry| entry.name.clone())
+            .collect()
     }
 
     /// The last row (0-based) the sheet says it uses (its `<dimension>`, which writers may

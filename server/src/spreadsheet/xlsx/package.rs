@@ -73,11 +73,20 @@ fn part_path(target: &str) -> String {
     parts.join("/")
 }
 
-/// The sheets (name and part, in order) and whether dates count from 1904.
+/// A sheet the workbook lists.
+pub(super) struct SheetEntry {
+    pub name: String,
+    /// Its part in the package.
+    pub path: String,
+    /// Hidden or very hidden: not among Excel's tabs (drop-down lists, lookups).
+    pub hidden: bool,
+}
+
+/// The sheets, in order, and whether dates count from 1904.
 pub(super) fn read_workbook(
     xml: &mut XmlReader<impl Read>,
     rels: &Relationships,
-) -> Result<(Vec<(String, String)>, bool), ReadError> {
+) -> Result<(Vec<SheetEntry>, bool), ReadError> {
     let mut sheets = Vec::new();
     let mut date_1904 = false;
     loop {
@@ -93,7 +102,12 @@ pub(super) fn read_workbook(
                 let path = rels
                     .path(&id)
                     .ok_or_else(|| damaged("a sheet's part is not named"))?;
-                sheets.push((name, path.to_owned()));
+                let hidden = matches!(tag.attr(b"state"), Some(b"hidden" | b"veryHidden"));
+                sheets.push(SheetEntry {
+                    name,
+                    path: path.to_owned(),
+                    hidden,
+                });
             }
             Event::Eof => return Ok((sheets, date_1904)),
             _ => {}
@@ -105,14 +119,14 @@ pub(super) fn read_workbook(
 pub(super) fn sheet_part<'a>(
     zip: &'a mut ZipArchive<Cursor<Vec<u8>>>,
     budget: &'a mut Budget,
-    sheets: &[(String, String)],
+    sheets: &[SheetEntry],
     sheet: &str,
 ) -> Result<impl Read + 'a, ReadError> {
     let path = &sheets
         .iter()
-        .find(|(name, _)| name == sheet)
+        .find(|entry| entry.name == sheet)
         .ok_or_else(|| damaged("a sheet is listed but missing"))?
-        .1;
+        .path;
     entry(zip, budget, path)?.ok_or_else(|| damaged("a sheet's part is missing"))
 }
 
