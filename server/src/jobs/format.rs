@@ -46,6 +46,7 @@ pub async fn row_format(
     let key = key.and_then(|key| columns.iter().position(|column| column.name == key));
     Ok(RowFormat {
         delimiter: plan.delimiter,
+        encoding: plan.encoding,
         columns,
         slots,
         width: declared.len(),

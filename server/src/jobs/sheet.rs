@@ -35,6 +35,7 @@ use crate::{
     spreadsheet::{
         ChunkSpan, Plan,
         csv::{self, RowFormat, ScanError, Scanned},
+        encoding::Encoding,
         workbook::Converted,
     },
     store::{
@@ -259,6 +260,8 @@ async fn start_format(
 ) -> Result<RowFormat, TaskError> {
     let plan = Plan {
         delimiter,
+        // The converter writes UTF-8.
+        encoding: Encoding::Utf8,
         header_row: announced.header_row,
         columns,
         row_count: 0,

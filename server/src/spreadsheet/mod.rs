@@ -6,6 +6,7 @@
 
 mod cell_text;
 pub mod csv;
+pub mod encoding;
 pub mod output;
 pub mod record;
 pub mod report;
@@ -39,6 +40,8 @@ pub struct ChunkSpan {
 pub struct Plan {
     /// The field delimiter the whole file uses (`,`, tab, `;` or `|`).
     pub delimiter: u8,
+    /// How its text is encoded.
+    pub encoding: encoding::Encoding,
     /// The sheet row of the header: 1, unless a workbook sheet starts lower.
     pub header_row: i64,
     pub columns: Vec<String>,

@@ -3,7 +3,7 @@
 //! TSV and the semicolon CSVs of European spreadsheets import as they are. (Workbooks never get
 //! here: planning recognises them first, see `workbook::Kind`.)
 
-use super::FileError;
+use super::{FileError, encoding::Encoding};
 
 /// Delimiters we recognise, most common first (the first wins a tie).
 const DELIMITERS: [u8; 4] = [b',', b'\t', b';', b'|'];
@@ -52,8 +52,11 @@ fn consistent_fields(sample: &[u8], delimiter: u8) -> usize {
     fields.filter(|&n| n > 1).unwrap_or(0)
 }
 
-/// Checks the start of a file; `Ok` when it can be CSV text.
-pub fn sniff(head: &[u8]) -> Result<(), FileError> {
+/// Checks the start of a file, and tells how its text is encoded: UTF-8 when it is valid
+/// UTF-8 (a character cut off at the sample's end is fine) or when it holds valid multi-byte
+/// UTF-8 before its first invalid byte (a damaged UTF-8 file, whose bad rows then say so);
+/// else Windows-1252, which every other byte sequence is.
+pub fn sniff(head: &[u8]) -> Result<Encoding, FileError> {
     if head.contains(&0) {
         return Err(FileError::NotCsv(
             "This is neither a spreadsheet nor text: only CSV, TSV, XLSX, XLS and ODS files \
@@ -62,13 +65,10 @@ pub fn sniff(head: &[u8]) -> Result<(), FileError> {
         ));
     }
     match std::str::from_utf8(head) {
-        Ok(_) => Ok(()),
-        // A character cut off at the end of the sample is fine.
-        Err(err) if err.error_len().is_none() => Ok(()),
-        Err(err) => Err(FileError::NotCsv(format!(
-            "The file is not UTF-8 text (invalid byte at position {}). Save it as CSV UTF-8.",
-            err.valid_up_to()
-        ))),
+        Ok(_) => Ok(Encoding::Utf8),
+        Err(err) if err.error_len().is_none() => Ok(Encoding::Utf8),
+        Err(err) if !head[..err.valid_up_to()].is_ascii() => Ok(Encoding::Utf8),
+        Err(_) => Ok(Encoding::Windows1252),
     }
 }
 
@@ -78,10 +78,28 @@ mod tests {
 
     #[test]
     fn text_passes() {
-        assert_eq!(sniff(b"a,b\n1,2\n"), Ok(()));
-        assert_eq!(sniff("name\nZoë\n".as_bytes()), Ok(()));
+        assert_eq!(sniff(b"a,b\n1,2\n"), Ok(Encoding::Utf8));
+        assert_eq!(sniff("name\nZoë\n".as_bytes()), Ok(Encoding::Utf8));
         // "é" cut in half by the sample's end
-        assert_eq!(sniff(&"café".as_bytes()[..4]), Ok(()));
+        assert_eq!(sniff(&"café".as_bytes()[..4]), Ok(Encoding::Utf8));
+        // Latin-1 / Windows-1252, as European Excel saves CSV.
+        assert_eq!(
+            sniff(b"nom;ville\nJos\xe9;K\xf6ln\n"),
+            Ok(Encoding::Windows1252)
+        );
+        // UTF-8 with a damaged byte later stays UTF-8.
+        assert_eq!(
+            sniff(
+                "Zoë\n"
+                    .as_bytes()
+                    .iter()
+                    .chain(b"\xff\n")
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .as_slice()
+            ),
+            Ok(Encoding::Utf8)
+        );
     }
 
     #[test]
@@ -99,12 +117,14 @@ mod tests {
     }
 
     #[test]
-    fn binaries_and_other_encodings_are_refused() {
+    fn binaries_are_refused() {
         assert!(
             matches!(sniff(b"\x89PNG\r\n\x1a\n\0\0"), Err(FileError::NotCsv(m)) if m.contains("neither"))
         );
-        assert!(
-            matches!(sniff(b"a,b\n\xff\xfe,1\n"), Err(FileError::NotCsv(m)) if m.contains("UTF-8"))
-        );
+        // UTF-16 holds a NUL in every ASCII character.
+        assert!(matches!(
+            sniff(b"\xff\xfea\0,\0b\0"),
+            Err(FileError::NotCsv(_))
+        ));
     }
 }

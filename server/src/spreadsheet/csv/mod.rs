@@ -15,6 +15,7 @@ use records::{Record, Records};
 
 use super::{
     ChunkSpan, FileError, MAX_CELL_BYTES, MAX_COLUMNS, Plan, RowError, delimiter,
+    encoding::Encoding,
     record::RecordWriter,
     schema::{self, Column},
     sniff,
@@ -73,14 +74,14 @@ pub fn scan_each(
 ) -> Result<Plan, ScanError> {
     let mut input = BufReader::with_capacity(64 * 1024, input);
     let head = input.fill_buf()?;
-    sniff(head)?;
+    let encoding = sniff(head)?;
     let delimiter = delimiter(head);
     let mut records = Records::new(input, delimiter).keeping();
     let mut record = Record::default();
     if !records.read(&mut record)? {
         return Err(FileError::Empty.into());
     }
-    let columns = header(&record)?;
+    let columns = header(&record, encoding)?;
     each(Scanned::Header {
         delimiter,
         columns: &columns,
@@ -155,6 +156,7 @@ pub fn scan_each(
     }
     Ok(Plan {
         delimiter,
+        encoding,
         header_row: 1,
         columns,
         row_count,
@@ -164,7 +166,7 @@ pub fn scan_each(
 
 /// Column names from the header row: trimmed, a UTF-8 byte order mark dropped, blanks named
 /// `column_N`; duplicates are refused because a dataset's columns are known by name.
-fn header(record: &Record) -> Result<Vec<String>, FileError> {
+fn header(record: &Record, encoding: Encoding) -> Result<Vec<String>, FileError> {
     if record.is_too_large() {
         return Err(FileError::BadHeader(format!(
             "it is larger than {} MiB",
@@ -179,8 +181,9 @@ fn header(record: &Record) -> Result<Vec<String>, FileError> {
     let mut columns: Vec<String> = Vec::with_capacity(record.len());
     let mut seen = HashSet::with_capacity(record.len());
     for (i, field) in record.iter().enumerate() {
-        let name = std::str::from_utf8(field)
-            .map_err(|_| FileError::BadHeader(format!("column {} is not UTF-8 text", i + 1)))?;
+        let name = encoding.decode(field).ok_or_else(|| {
+            FileError::BadHeader(format!("column {} is not {} text", i + 1, encoding.label()))
+        })?;
         let name = name.trim_start_matches('\u{feff}').trim();
         if name.contains('\0') {
             return Err(FileError::BadHeader(format!(
@@ -203,13 +206,16 @@ fn header(record: &Record) -> Result<Vec<String>, FileError> {
     Ok(columns)
 }
 
-/// How a chunk's rows are read: the file's delimiter, the dataset column of each header cell
+/// How a chunk's rows are read: the file's delimiter and encoding, the dataset column of each header cell
 /// (in file order) and its place among the dataset's `width` columns (`slots`), which of them,
 /// if any, is the dataset's unique key, and the sheet row of the header (row numbers in errors
 /// count from it).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RowFormat {
     pub delimiter: u8,
+    /// Formats stored before encodings were told apart are UTF-8.
+    #[serde(default)]
+    pub encoding: Encoding,
     pub columns: Vec<Column>,
     pub slots: Vec<usize>,
     pub width: usize,
@@ -281,13 +287,15 @@ fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRows {
                     out.keys.push(key);
                 }
                 Err((column, message)) => {
-                    let value = column.and_then(|i| record.get(i)).map(preview);
+                    let value = column
+                        .and_then(|i| record.get(i))
+                        .map(|field| preview(field, format.encoding));
                     out.errors.push(RowError {
                         row_no: row_no + format.header_row,
                         column: column.map(|i| format.columns[i].name.clone()),
                         value,
                         message,
-                        fields: fields_of(&record),
+                        fields: fields_of(&record, format.encoding),
                     });
                 }
             }
@@ -297,24 +305,27 @@ fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRows {
     out
 }
 
-/// A record's fields as text, for the error report (invalid UTF-8 shown as U+FFFD; a cell too
-/// large to import shown by its start only).
-fn fields_of(record: &Record) -> Vec<String> {
-    record.iter().map(preview).collect()
+/// A record's fields as text, for the error report (what is not text in the file's encoding
+/// shown as U+FFFD; a cell too large to import shown by its start only).
+fn fields_of(record: &Record, encoding: Encoding) -> Vec<String> {
+    record
+        .iter()
+        .map(|field| preview(field, encoding))
+        .collect()
 }
 
 /// NUL, which PostgreSQL text cannot hold, shows as U+FFFD too.
-fn preview(field: &[u8]) -> String {
+fn preview(field: &[u8], encoding: Encoding) -> String {
     const SHOWN: usize = 100;
     let text = if field.len() > MAX_CELL_BYTES {
-        let start = String::from_utf8_lossy(&field[..SHOWN]);
+        let start = encoding.decode_lossy(&field[..SHOWN]);
         format!(
             "{}… ({} bytes)",
             start.trim_end_matches('\u{fffd}'),
             field.len()
         )
     } else {
-        String::from_utf8_lossy(field).into_owned()
+        encoding.decode_lossy(field).into_owned()
     };
     text.replace('\0', "\u{fffd}")
 }
@@ -343,8 +354,10 @@ fn to_cells(record: &Record, format: &RowFormat) -> Result<(String, Option<Strin
                 format!("{}: the value is larger than 1 MiB", column.name),
             ));
         }
-        let text = std::str::from_utf8(field)
-            .map_err(|_| (Some(i), format!("{}: not UTF-8 text", column.name)))?;
+        let text = format.encoding.decode(field).ok_or_else(|| {
+            let label = format.encoding.label();
+            (Some(i), format!("{}: not {label} text", column.name))
+        })?;
         if text.contains('\0') {
             // PostgreSQL text cannot hold NUL.
             return Err((
@@ -352,7 +365,13 @@ fn to_cells(record: &Record, format: &RowFormat) -> Result<(String, Option<Strin
                 format!("{}: contains a NUL character", column.name),
             ));
         }
-        let value = schema::typed(column, text).map_err(|message| (Some(i), message))?;
+        let value = match text {
+            Cow::Borrowed(text) => schema::typed(column, text),
+            // Decoded into a new string: the value must outlive it.
+            Cow::Owned(text) => schema::typed(column, &text)
+                .map(|value| value.map(|value| Cow::Owned(value.into_owned()))),
+        }
+        .map_err(|message| (Some(i), message))?;
         if format.key == Some(i) {
             // Never empty: the key column is required (`schema::check_schema`).
             key = value.as_deref().map(str::to_owned);
@@ -378,6 +397,7 @@ mod tests {
     fn parse(bytes: &[u8], delimiter: u8, names: &[String], first_row: i64) -> ChunkRows {
         let format = RowFormat {
             delimiter,
+            encoding: Encoding::Utf8,
             columns: names.iter().map(|n| Column::text(n)).collect(),
             slots: (0..names.len()).collect(),
             width: names.len(),
@@ -474,6 +494,46 @@ mod tests {
     }
 
     #[test]
+    fn a_windows_1252_file_imports_its_text_and_reports_it_as_it_was() {
+        let bytes = b"nom;montant\nJos\xe9;12\nM\xfcller;\x80\n";
+        let plan = scan(&bytes[..], 10).unwrap();
+        assert_eq!(
+            (plan.encoding, plan.delimiter),
+            (Encoding::Windows1252, b';')
+        );
+        assert_eq!(plan.columns, ["nom", "montant"]);
+        let format = RowFormat {
+            delimiter: plan.delimiter,
+            encoding: plan.encoding,
+            columns: vec![
+                Column::text("nom"),
+                Column {
+                    name: "montant".into(),
+                    kind: schema::ColumnType::Integer,
+                    required: false,
+                },
+            ],
+            slots: vec![0, 1],
+            width: 2,
+            key: None,
+            header_row: 1,
+        };
+        let span = plan.chunks[0];
+        let parsed = rows_of(
+            &span,
+            &bytes[span.byte_start as usize..span.byte_end as usize],
+            &format,
+        );
+        assert_eq!(row(&parsed, 0), [some("José"), some("12")]);
+        assert_eq!(parsed.errors.len(), 1);
+        let error = &parsed.errors[0];
+        assert_eq!(
+            (error.value.as_deref(), error.fields.clone()),
+            (Some("€"), vec!["Müller".to_owned(), "€".to_owned()])
+        );
+    }
+
+    #[test]
     fn values_take_their_dataset_column_places() {
         let column = |name: &str, kind| Column {
             name: name.into(),
@@ -483,6 +543,7 @@ mod tests {
         // The file has "n,label"; the dataset is (label, extra, n).
         let format = RowFormat {
             delimiter: b',',
+            encoding: Encoding::Utf8,
             columns: vec![
                 column("n", schema::ColumnType::Integer),
                 column("label", schema::ColumnType::Text),
@@ -685,6 +746,7 @@ mod tests {
 
         let format = RowFormat {
             delimiter: b',',
+            encoding: Encoding::Utf8,
             columns: vec![Column::text("a"), Column::text("b")],
             slots: vec![0, 1],
             width: 2,

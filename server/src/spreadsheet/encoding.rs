@@ -1,0 +1,69 @@
+//! The text encodings CSV files come in: UTF-8 (with or without a byte order mark), and
+//! Windows-1252, what Excel on Western European Windows saves as plain "CSV" (Latin-1's
+//! printable characters and a few more: `€`, curly quotes). Told apart by the file's first
+//! bytes ([`super::sniff`]); decoding is `encoding_rs`'s. Either way the delimiters, quotes and
+//! line breaks are the ASCII bytes the CSV parser looks for, so chunks are cut from the raw
+//! bytes as before and only field values are decoded.
+
+use std::borrow::Cow;
+
+/// How a file's text is encoded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Encoding {
+    #[default]
+    Utf8,
+    Windows1252,
+}
+
+impl Encoding {
+    /// A field's text; `None` when it is not text in this encoding (only UTF-8 can refuse:
+    /// every byte is a character of Windows-1252).
+    pub fn decode(self, bytes: &[u8]) -> Option<Cow<'_, str>> {
+        match self {
+            Self::Utf8 => std::str::from_utf8(bytes).ok().map(Cow::Borrowed),
+            Self::Windows1252 => Some(
+                encoding_rs::WINDOWS_1252
+                    .decode_without_bom_handling(bytes)
+                    .0,
+            ),
+        }
+    }
+
+    /// A field's text, with what cannot be decoded shown as U+FFFD (for error reports).
+    pub fn decode_lossy(self, bytes: &[u8]) -> Cow<'_, str> {
+        match self {
+            Self::Utf8 => String::from_utf8_lossy(bytes),
+            Self::Windows1252 => self.decode(bytes).unwrap_or_default(),
+        }
+    }
+
+    /// What people call it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Utf8 => "UTF-8",
+            Self::Windows1252 => "Windows-1252",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_1252_decodes_latin_letters_and_the_euro() {
+        let bytes = b"Jos\xe9 M\xfcller \x80 12,50";
+        assert_eq!(
+            Encoding::Windows1252.decode(bytes).unwrap(),
+            "José Müller € 12,50"
+        );
+        assert_eq!(Encoding::Utf8.decode(bytes), None);
+        assert_eq!(Encoding::Utf8.decode_lossy(b"Jos\xe9"), "Jos\u{fffd}");
+        // ASCII costs no copy.
+        assert!(matches!(
+            Encoding::Windows1252.decode(b"plain"),
+            Some(Cow::Borrowed(_))
+        ));
+    }
+}
