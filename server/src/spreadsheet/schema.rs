@@ -60,8 +60,8 @@ pub fn check_schema(mut columns: Vec<Column>, key: Option<&str>) -> Result<Vec<C
 }
 
 /// Lines up a file's header with a dataset's columns: the column of each header cell, in file
-/// order. Fails, naming the columns, when a required column is missing or the file has columns
-/// the dataset does not know.
+/// order. Fails, naming the columns at fault and listing both the file's and the dataset's,
+/// when a required column is missing or the file has columns the dataset does not know.
 pub fn align(header: &[String], columns: &[Column]) -> Result<Vec<Column>, String> {
     let unknown: Vec<&str> = header
         .iter()
@@ -75,18 +75,24 @@ pub fn align(header: &[String], columns: &[Column]) -> Result<Vec<Column>, Strin
         .collect();
     let mut problems = Vec::new();
     if !missing.is_empty() {
-        problems.push(format!("missing required columns: {}", missing.join(", ")));
+        problems.push(format!(
+            "missing required columns: {}",
+            listed(missing.into_iter())
+        ));
     }
     if !unknown.is_empty() {
         problems.push(format!(
             "columns the dataset does not have: {}",
-            unknown.join(", ")
+            listed(unknown.into_iter())
         ));
     }
     if !problems.is_empty() {
+        let dataset: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
         return Err(format!(
-            "The header does not match the dataset ({}).",
-            problems.join("; ")
+            "The header does not match the dataset ({}). The file's columns: {}. The dataset's: {}.",
+            problems.join("; "),
+            listed(header.iter().map(String::as_str)),
+            listed(dataset.into_iter()),
         ));
     }
     Ok(header
@@ -94,6 +100,19 @@ pub fn align(header: &[String], columns: &[Column]) -> Result<Vec<Column>, Strin
         .filter_map(|name| columns.iter().find(|c| &c.name == name).cloned())
         .collect())
 }
+
+/// Names for a message: the first [`LISTED`], then how many more.
+fn listed<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    let more = names.len().saturating_sub(LISTED);
+    let mut text = names.take(LISTED).collect::<Vec<_>>().join(", ");
+    if more > 0 {
+        text.push_str(&format!(" and {more} more"));
+    }
+    text
+}
+
+/// How many column names a message lists.
+const LISTED: usize = 30;
 
 /// A cell's value in its canonical text form (`None` for an empty optional cell): integers and
 /// decimals without signs or zeros that add nothing, booleans as `true`/`false`, dates as
@@ -342,7 +361,13 @@ mod tests {
         assert_eq!(
             align(&header(&["note", "colour", "size"]), &columns).unwrap_err(),
             "The header does not match the dataset (missing required columns: id; columns the \
-             dataset does not have: colour, size)."
+             dataset does not have: colour, size). The file's columns: note, colour, size. The \
+             dataset's: id, note, extra."
         );
+        let wide: Vec<String> = (0..40).map(|i| format!("c{i}")).collect();
+        let err = align(&wide, &columns).unwrap_err();
+        assert!(err.contains("have: c0, c1, "), "{err}");
+        assert!(err.contains("c29 and 10 more). The file's"), "{err}");
+        assert!(err.contains("c29 and 10 more. The dataset's"), "{err}");
     }
 }

@@ -143,7 +143,7 @@ async fn a_declared_schema_types_rows_and_a_key_updates_them() {
     assert_eq!(
         failed.error.as_deref(),
         Some(
-            "The header does not match the dataset (missing required columns: email; columns the dataset does not have: colour)."
+            "The header does not match the dataset (missing required columns: email; columns the dataset does not have: colour). The file's columns: id, colour. The dataset's: id, email, born, active, amount."
         )
     );
     server.stop().await;
