@@ -450,11 +450,19 @@ impl JobView {
         }
     }
 
-    /// The one-line message the job page shows.
+    /// The one-line message the job page shows: the seed's texts, except that a job that
+    /// completed with row errors says how many (and when no row went in).
     pub fn message(&self) -> String {
         match self.status {
             JobStatus::Waiting => "Waiting for job to start...".to_owned(),
             JobStatus::Running => format!("Job running, {}% complete...", self.percent()),
+            JobStatus::Completed if self.rows_failed > 0 && self.rows_ok == 0 => format!(
+                "Completed with {}: no rows were imported",
+                count_of(self.rows_failed, "error")
+            ),
+            JobStatus::Completed if self.rows_failed > 0 => {
+                format!("Completed with {}", count_of(self.rows_failed, "error"))
+            }
             JobStatus::Completed => "Job complete".to_owned(),
             JobStatus::Failed => match &self.error {
                 Some(reason) => format!("Job failed: {reason}"),
@@ -565,6 +573,16 @@ mod tests {
         assert_eq!(
             job(JobStatus::Completed, Some(200), 200).message(),
             "Job complete"
+        );
+        let mut with_errors = job(JobStatus::Completed, Some(3_000), 3_000);
+        with_errors.rows_ok = 2_963;
+        with_errors.rows_failed = 37;
+        assert_eq!(with_errors.message(), "Completed with 37 errors");
+        with_errors.rows_ok = 0;
+        with_errors.rows_failed = 3_000;
+        assert_eq!(
+            with_errors.message(),
+            "Completed with 3,000 errors: no rows were imported"
         );
     }
 

@@ -71,7 +71,7 @@ fn parse_role(word: &str) -> Result<app::auth::Role, String> {
 
 #[derive(Args, Debug, Clone)]
 pub struct ConvertArgs {
-    /// The sheet to convert (default: the first that holds a table).
+    /// The sheet to convert (default: the first shown sheet holding a table, passing over a cover sheet).
     #[arg(long)]
     pub sheet: Option<String>,
 }

@@ -142,7 +142,11 @@ fn LiveJob(job: JobView) -> impl IntoView {
             following.track();
             view! { <Follow id state /> }
         }}
-        <section class="card job" data-status=move || status().as_str()>
+        <section
+            class="card job"
+            data-status=move || status().as_str()
+            data-errors=move || (state.read().rows_failed > 0).then_some("true")
+        >
             <h1>{move || state.read().title()}</h1>
             <Show when=move || session.sees_everything()>
                 <p class="muted" data-testid="job-owner">

@@ -1,11 +1,15 @@
 //! The text encodings CSV files come in: UTF-8 (with or without a byte order mark), and
 //! Windows-1252, what Excel on Western European Windows saves as plain "CSV" (Latin-1's
-//! printable characters and a few more: `€`, curly quotes). Told apart by the file's first
-//! bytes ([`super::sniff`]); decoding is `encoding_rs`'s. Either way the delimiters, quotes and
+//! printable characters and a few more: `€`, curly quotes). Told apart by the first text that
+//! is not ASCII, in the file's first bytes ([`super::sniff`]) or, when those are all ASCII, in
+//! the first record that is not, as planning reads the whole file ([`Encoding::of`]); decoding
+//! is `encoding_rs`'s. Either way the delimiters, quotes and
 //! line breaks are the ASCII bytes the CSV parser looks for, so chunks are cut from the raw
 //! bytes as before and only field values are decoded.
 
 use std::borrow::Cow;
+
+use super::FileError;
 
 /// How a file's text is encoded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -16,7 +20,30 @@ pub enum Encoding {
     Windows1252,
 }
 
+/// Bytes Windows-1252 leaves undefined: text holding them is in another encoding (Mac Roman,
+/// Windows-1251, …), which reading as Windows-1252 would garble.
+const UNDEFINED_IN_1252: [u8; 5] = [0x81, 0x8D, 0x8F, 0x90, 0x9D];
+
 impl Encoding {
+    /// The encoding of text that is not all ASCII: UTF-8 when it holds valid multi-byte UTF-8
+    /// before any invalid byte (a damaged UTF-8 file, whose bad rows then say so), else
+    /// Windows-1252, unless it holds a byte Windows-1252 does not define.
+    pub fn of(text: &[u8]) -> Result<Encoding, FileError> {
+        let valid = match std::str::from_utf8(text) {
+            Ok(_) => text.len(),
+            Err(err) => err.valid_up_to(),
+        };
+        if !text[..valid].is_ascii() || valid == text.len() {
+            Ok(Self::Utf8)
+        } else if text.iter().any(|b| UNDEFINED_IN_1252.contains(b)) {
+            Err(FileError::NotCsv(
+                "The file's text is neither UTF-8 nor Windows-1252. Save it as CSV UTF-8.".into(),
+            ))
+        } else {
+            Ok(Self::Windows1252)
+        }
+    }
+
     /// A field's text; `None` when it is not text in this encoding (only UTF-8 can refuse:
     /// every byte is a character of Windows-1252).
     pub fn decode(self, bytes: &[u8]) -> Option<Cow<'_, str>> {

@@ -76,7 +76,8 @@ enum Cells {
     Xlsx(xlsx::Workbook),
 }
 
-/// Writes the sheet named `sheet` (by default the first that holds a table: [`first_table`]) to `out` as
+/// Writes the sheet named `sheet` (by default the one [`first_table`] picks: not a cover sheet,
+/// nor a hidden one) to `out` as
 /// comma-separated CSV whose first record is the sheet's first non-empty row. With `announce`,
 /// a line of JSON (a [`Converted`]) comes first, as soon as the header is found: a reader of
 /// the stream then knows the sheet's row numbers before its first row arrives.
@@ -156,7 +157,8 @@ fn choose_xlsx_sheet(book: &mut xlsx::Workbook, wanted: Option<&str>) -> Result<
     if let Some(wanted) = wanted {
         return named(&book.sheet_names(), wanted);
     }
-    first_table(book.shown_sheet_names(), |name| {
+    let (shown, hidden) = book.sheet_names_shown_and_hidden();
+    first_table([shown, hidden], |name| {
         let mut seen = TableSeen::default();
         book.cells(name, |cell| {
             Ok(if seen.cell(cell.row, cell.text) {
@@ -180,13 +182,12 @@ where
     if let Some(wanted) = wanted {
         return named(&book.sheet_names(), wanted);
     }
-    let shown = book
+    let (shown, hidden): (Vec<_>, Vec<_>) = book
         .sheets_metadata()
         .iter()
-        .filter(|sheet| sheet.visible == SheetVisible::Visible)
-        .map(|sheet| sheet.name.clone())
-        .collect();
-    first_table(shown, |name| {
+        .partition(|sheet| sheet.visible == SheetVisible::Visible);
+    let names = |sheets: Vec<&calamine::Sheet>| sheets.iter().map(|s| s.name.clone()).collect();
+    first_table([names(shown), names(hidden)], |name| {
         let range = book.worksheet_range(name).map_err(unreadable)?;
         let (row0, _) = range.start().unwrap_or_default();
         let mut seen = TableSeen::default();
@@ -203,28 +204,33 @@ where
 }
 
 /// The sheet imported when none is named, among those shown as tabs (a hidden one holds
-/// drop-down lists or lookups): the first that holds a table at least two columns wide (a
-/// header of two or more values, and a later row with a value), so a cover sheet ("Read me":
-/// a title, a few lines of notes, one value a row) is passed over; failing that, the first
-/// that holds any table; failing that, the first with a value (whose import then says it has
-/// no data rows).
+/// drop-down lists or lookups; hidden sheets are looked at only when no shown one has a value):
+/// the first that holds a table at least two columns wide (a header of two or more values, and
+/// a later row with a value), so a cover sheet ("Read me": a title, a few lines of notes, one
+/// value a row) is passed over; failing that, the first that holds any table; failing that, the
+/// first with a value (whose import then says it has no data rows).
 fn first_table(
-    names: Vec<String>,
+    [shown, hidden]: [Vec<String>; 2],
     mut scan: impl FnMut(&str) -> Result<TableSeen, ScanError>,
 ) -> Result<String, ScanError> {
-    let (mut narrow, mut with_value) = (None, None);
-    for name in names {
-        let seen = scan(&name)?;
-        if seen.data && seen.header_width >= 2 {
+    for names in [shown, hidden] {
+        let (mut narrow, mut with_value) = (None, None);
+        for name in names {
+            let seen = scan(&name)?;
+            if seen.data && seen.header_width >= 2 {
+                return Ok(name);
+            }
+            if seen.data && narrow.is_none() {
+                narrow = Some(name);
+            } else if seen.header_row.is_some() && with_value.is_none() {
+                with_value = Some(name);
+            }
+        }
+        if let Some(name) = narrow.or(with_value) {
             return Ok(name);
         }
-        if seen.data && narrow.is_none() {
-            narrow = Some(name);
-        } else if seen.header_row.is_some() && with_value.is_none() {
-            with_value = Some(name);
-        }
     }
-    narrow.or(with_value).ok_or_else(|| FileError::Empty.into())
+    Err(FileError::Empty.into())
 }
 
 /// What a sheet's cells, seen in row order, show of a table.
@@ -742,6 +748,15 @@ mod tests {
         assert_eq!(converted.sheet, "Data");
         let (converted, _) = convert(&bytes, Some("Lists")).unwrap();
         assert_eq!(converted.sheet, "Lists");
+        // When only hidden sheets hold anything, they are looked at.
+        let mut book = Workbook::new();
+        book.add_worksheet().set_name("Blank").unwrap();
+        let data = book.add_worksheet().set_name("Data").unwrap();
+        data.write_string(0, 0, "email").unwrap();
+        data.write_string(1, 0, "ada@example.com").unwrap();
+        data.set_hidden(true);
+        let (converted, _) = convert(&book.save_to_buffer().unwrap(), None).unwrap();
+        assert_eq!(converted.sheet, "Data");
 
         // No sheet holds a table: the first with a value, whose import says what is missing.
         let mut book = Workbook::new();

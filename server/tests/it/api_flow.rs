@@ -92,7 +92,7 @@ async fn a_multi_chunk_csv_is_imported_with_exact_counts_and_rows() {
     let list: Value = server.get_json("/api/jobs").await;
     assert_eq!(list["jobs"][0]["id"], job.id.to_string());
     let html = server.get_text(&format!("/jobs/{}", job.id)).await;
-    assert!(html.contains("Job complete"), "{html}");
+    assert!(html.contains("Completed with 1 error<"), "{html}");
     assert!(html.contains("2,001 of 2,001 rows"), "{html}");
 
     server.stop().await;

@@ -74,14 +74,15 @@ pub fn scan_each(
 ) -> Result<Plan, ScanError> {
     let mut input = BufReader::with_capacity(64 * 1024, input);
     let head = input.fill_buf()?;
-    let encoding = sniff(head)?;
+    let mut encoding = sniff(head)?;
     let delimiter = delimiter(head);
     let mut records = Records::new(input, delimiter).keeping();
     let mut record = Record::default();
     if !records.read(&mut record)? {
         return Err(FileError::Empty.into());
     }
-    let columns = header(&record, encoding)?;
+    // A header in a head of ASCII is ASCII.
+    let columns = header(&record, encoding.unwrap_or_default())?;
     each(Scanned::Header {
         delimiter,
         columns: &columns,
@@ -132,6 +133,9 @@ pub fn scan_each(
             }
             continue;
         }
+        if encoding.is_none() && !record.field_bytes().is_ascii() {
+            encoding = Some(Encoding::of(record.field_bytes())?);
+        }
         row_count += 1;
         let span = current.get_or_insert(ChunkSpan {
             first_row: record_no,
@@ -156,7 +160,7 @@ pub fn scan_each(
     }
     Ok(Plan {
         delimiter,
-        encoding,
+        encoding: encoding.unwrap_or_default(),
         header_row: 1,
         columns,
         row_count,
@@ -531,6 +535,23 @@ mod tests {
             (error.value.as_deref(), error.fields.clone()),
             (Some("€"), vec!["Müller".to_owned(), "€".to_owned()])
         );
+    }
+
+    #[test]
+    fn the_first_row_that_is_not_ascii_tells_the_encoding_past_the_head() {
+        let mut bytes = b"nom;n\n".to_vec();
+        for i in 0..20_000 {
+            bytes.extend(format!("plain{i};{i}\n").as_bytes());
+        }
+        bytes.extend(b"Jos\xe9;1\n");
+        assert!(bytes.len() > 64 * 1024, "past the sniffed head");
+        assert_eq!(
+            scan(&bytes[..], 1000).unwrap().encoding,
+            Encoding::Windows1252
+        );
+        let utf8 = [&bytes[..bytes.len() - 7], "José;1\n".as_bytes()].concat();
+        assert_eq!(scan(&utf8[..], 1000).unwrap().encoding, Encoding::Utf8);
+        assert_eq!(scan(&b"a\n1\n"[..], 10).unwrap().encoding, Encoding::Utf8);
     }
 
     #[test]

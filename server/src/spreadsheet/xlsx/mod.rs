@@ -140,13 +140,11 @@ impl Workbook {
         self.sheets.iter().map(|entry| entry.name.clone()).collect()
     }
 
-    /// The sheets among Excel's tabs (not hidden), in order.
-    pub fn shown_sheet_names(&self) -> Vec<String> {
-        self.sheets
-            .iter()
-            .filter(|entry| !entry.hidden)
-            .map(|entry| entry.name.clone())
-            .collect()
+    /// The sheets among Excel's tabs, and the hidden ones, each in order.
+    pub fn sheet_names_shown_and_hidden(&self) -> (Vec<String>, Vec<String>) {
+        let (hidden, shown): (Vec<_>, Vec<_>) = self.sheets.iter().partition(|entry| entry.hidden);
+        let names = |entries: Vec<&SheetEntry>| entries.iter().map(|e| e.name.clone()).collect();
+        (names(shown), names(hidden))
     }
 
     /// The last row (0-based) the sheet says it uses (its `<dimension>`, which writers may
