@@ -1,9 +1,9 @@
 //! The text encodings CSV files come in: UTF-8 (with or without a byte order mark), and
 //! Windows-1252, what Excel on Western European Windows saves as plain "CSV" (Latin-1's
-//! printable characters and a few more: `€`, curly quotes). Told apart by the first text that
-//! is not ASCII, in the file's first bytes ([`super::sniff`]) or, when those are all ASCII, in
-//! the first record that is not, as planning reads the whole file ([`Encoding::of`]); decoding
-//! is `encoding_rs`'s. Either way the delimiters, quotes and
+//! printable characters and a few more: `€`, curly quotes). Told apart by the text that is not
+//! ASCII ([`Encoding::of`]): the file's first bytes ([`super::sniff`]) settle it when they hold
+//! UTF-8; otherwise planning, which reads the whole file, looks at every record that is not
+//! ASCII until one shows UTF-8. Decoding is `encoding_rs`'s. Either way the delimiters, quotes and
 //! line breaks are the ASCII bytes the CSV parser looks for, so chunks are cut from the raw
 //! bytes as before and only field values are decoded.
 
@@ -26,14 +26,11 @@ const UNDEFINED_IN_1252: [u8; 5] = [0x81, 0x8D, 0x8F, 0x90, 0x9D];
 
 impl Encoding {
     /// The encoding of text that is not all ASCII: UTF-8 when it holds valid multi-byte UTF-8
-    /// before any invalid byte (a damaged UTF-8 file, whose bad rows then say so), else
-    /// Windows-1252, unless it holds a byte Windows-1252 does not define.
+    /// anywhere (a damaged UTF-8 file, whose bad rows then say so, must not read as
+    /// Windows-1252), else Windows-1252, unless it holds a byte Windows-1252 does not define.
     pub fn of(text: &[u8]) -> Result<Encoding, FileError> {
-        let valid = match std::str::from_utf8(text) {
-            Ok(_) => text.len(),
-            Err(err) => err.valid_up_to(),
-        };
-        if !text[..valid].is_ascii() || valid == text.len() {
+        let utf8 = text.utf8_chunks().any(|chunk| !chunk.valid().is_ascii());
+        if utf8 {
             Ok(Self::Utf8)
         } else if text.iter().any(|b| UNDEFINED_IN_1252.contains(b)) {
             Err(FileError::NotCsv(

@@ -101,10 +101,17 @@ pub fn align(header: &[String], columns: &[Column]) -> Result<Vec<Column>, Strin
         .collect())
 }
 
-/// Names for a message: the first [`LISTED`], then how many more.
+/// Names for a message: the first [`LISTED`], each cut to 40 characters, then how many more.
 fn listed<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
     let more = names.len().saturating_sub(LISTED);
-    let mut text = names.take(LISTED).collect::<Vec<_>>().join(", ");
+    let mut text = names
+        .take(LISTED)
+        .map(|name| match name.char_indices().nth(40) {
+            Some((cut, _)) => format!("{}…", &name[..cut]),
+            None => name.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     if more > 0 {
         text.push_str(&format!(" and {more} more"));
     }

@@ -52,9 +52,9 @@ fn consistent_fields(sample: &[u8], delimiter: u8) -> usize {
     fields.filter(|&n| n > 1).unwrap_or(0)
 }
 
-/// Checks the start of a file, and tells how its text is encoded, if it can yet: `None` while
-/// all it holds is ASCII (which reads the same in both; a character cut off at the sample's end
-/// does not decide either), for [`Encoding::of`] to settle on the first record that is not.
+/// Checks the start of a file, and tells how its text is encoded as far as it shows: `None`
+/// while all it holds is ASCII (which reads the same in both; a character cut off at the
+/// sample's end does not decide either). Planning settles the rest (`csv::scan_each`).
 pub fn sniff(head: &[u8]) -> Result<Option<Encoding>, FileError> {
     if head.contains(&0) {
         return Err(FileError::NotCsv(

@@ -81,7 +81,7 @@ pub fn scan_each(
     if !records.read(&mut record)? {
         return Err(FileError::Empty.into());
     }
-    // A header in a head of ASCII is ASCII.
+    settle(&mut encoding, &record)?;
     let columns = header(&record, encoding.unwrap_or_default())?;
     each(Scanned::Header {
         delimiter,
@@ -133,9 +133,7 @@ pub fn scan_each(
             }
             continue;
         }
-        if encoding.is_none() && !record.field_bytes().is_ascii() {
-            encoding = Some(Encoding::of(record.field_bytes())?);
-        }
+        settle(&mut encoding, &record)?;
         row_count += 1;
         let span = current.get_or_insert(ChunkSpan {
             first_row: record_no,
@@ -166,6 +164,16 @@ pub fn scan_each(
         row_count,
         chunks: Vec::new(),
     })
+}
+
+/// Tells the file's encoding from one more record: UTF-8 is settled once seen; Windows-1252
+/// holds only until a record shows UTF-8 (a damaged UTF-8 file must not read as Windows-1252),
+/// and every record that is not ASCII is checked for bytes it leaves undefined.
+fn settle(encoding: &mut Option<Encoding>, record: &Record) -> Result<(), FileError> {
+    if *encoding != Some(Encoding::Utf8) && !record.field_bytes().is_ascii() {
+        *encoding = Some(Encoding::of(record.field_bytes())?);
+    }
+    Ok(())
 }
 
 /// Column names from the header row: trimmed, a UTF-8 byte order mark dropped, blanks named
@@ -552,6 +560,20 @@ mod tests {
         let utf8 = [&bytes[..bytes.len() - 7], "José;1\n".as_bytes()].concat();
         assert_eq!(scan(&utf8[..], 1000).unwrap().encoding, Encoding::Utf8);
         assert_eq!(scan(&b"a\n1\n"[..], 10).unwrap().encoding, Encoding::Utf8);
+        // A damaged byte, then real UTF-8: UTF-8, the damaged row an error of its own.
+        let damaged = [
+            &bytes[..bytes.len() - 7],
+            b"Caf\xc3;1\n",
+            "José;2\n".as_bytes(),
+        ]
+        .concat();
+        assert_eq!(scan(&damaged[..], 1000).unwrap().encoding, Encoding::Utf8);
+        // Windows-1252 text with a byte it leaves undefined further on: refused.
+        let mac = [&bytes[..], b"fa\x8dade;3\n"].concat();
+        assert!(matches!(
+            scan(&mac[..], 1000),
+            Err(ScanError::File(FileError::NotCsv(_)))
+        ));
     }
 
     #[test]
