@@ -216,6 +216,10 @@ pub struct JobView {
     pub version: i64,
     pub error: Option<String>,
     pub filename: Option<String>,
+    /// A workbook import's sheet: the one asked for, or, once the import has begun, the one
+    /// chosen when none was.
+    #[serde(default)]
+    pub sheet: Option<String>,
     pub dataset: Option<String>,
     /// An export's file format.
     pub format: Option<ExportFormat>,
@@ -544,6 +548,7 @@ mod tests {
             version: 1,
             error: None,
             filename: None,
+            sheet: None,
             dataset: None,
             format: None,
             result_url: None,

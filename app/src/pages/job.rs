@@ -153,6 +153,11 @@ fn LiveJob(job: JobView) -> impl IntoView {
                     "Owner: " {move || owner_label(state.read().owner_email.as_deref())}
                 </p>
             </Show>
+            <Show when=move || state.read().sheet.is_some()>
+                <p class="muted" data-testid="job-sheet">
+                    "Sheet: " <strong>{move || state.read().sheet.clone().unwrap_or_default()}</strong>
+                </p>
+            </Show>
             <Show when=move || state.read().dataset.is_some()>
                 <p class="dataset">
                     {move || if is_export() { "from dataset " } else { "into dataset " }}

@@ -19,7 +19,7 @@ macro_rules! select_view {
             r#"select j.id, j.kind as "kind: JobKind", j.status as "status: JobStatus",
            j.item_count, j.item_progress, j.rows_ok, j.rows_failed, j.rows_updated,
            j.chunks_total, j.chunks_done, j.version, j.error, j.created_at, j.started_at,
-           j.finished_at, j.source_filename as filename,
+           j.finished_at, j.source_filename as filename, j.sheet,
            d.name as "dataset?", j.format as "format: ExportFormat",
            j.result_upload_id is not null as "has_result!",
            extract(epoch from coalesce(j.finished_at, now()) - j.started_at)::float8
@@ -67,6 +67,7 @@ struct ViewRow {
     started_at: Option<DateTime<Utc>>,
     finished_at: Option<DateTime<Utc>>,
     filename: Option<String>,
+    sheet: Option<String>,
     dataset: Option<String>,
     format: Option<ExportFormat>,
     has_result: bool,
@@ -139,6 +140,7 @@ impl From<ViewRow> for JobView {
             version: row.version,
             error: row.error,
             filename: row.filename,
+            sheet: row.sheet,
             dataset: row.dataset,
             format: row.format,
             result_url: row

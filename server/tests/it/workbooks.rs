@@ -77,6 +77,10 @@ async fn an_xlsx_sheet_imports_into_a_typed_dataset_with_sheet_row_numbers() {
     assert_eq!((done.rows_ok, done.rows_failed), (250, 1));
     assert_eq!(done.item_count, Some(251));
     assert_eq!(done.filename.as_deref(), Some("orders.xlsx"));
+    // The sheet chosen for it (past the cover sheet) is on the job.
+    assert_eq!(done.sheet.as_deref(), Some("Orders"));
+    let page = server.get_text(&format!("/jobs/{}", job.id)).await;
+    assert!(page.contains("data-testid=\"job-sheet\""), "{page}");
 
     let errors: Value = server
         .get_json(&format!("/api/jobs/{}/errors", job.id))
