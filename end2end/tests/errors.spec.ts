@@ -29,8 +29,9 @@ test('bad rows are reported on the job page with a downloadable report', async (
   const [download] = await Promise.all([page.waitForEvent('download'), link.click()]);
   expect(download.suggestedFilename()).toBe('mixed-errors.csv');
   const report = await (await page.request.get(`/api/jobs/${jobId}/errors.csv`)).text();
+  // A byte order mark first, so Excel reads it as UTF-8.
   expect(report).toBe(
-    'id,name,_error\n' +
+    '\ufeffid,name,_error\n' +
       '2,,"expected 2 fields, found 1"\n' +
       // The formula-like cell is neutralised; the extra field is cut to the header's width.
       "'=cmd(),x,\"expected 2 fields, found 3\"\n",

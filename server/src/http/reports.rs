@@ -109,6 +109,7 @@ pub async fn csv(
 ) -> Result<Response, ApiError> {
     let job = visible_job(&state, &caller, id).await?;
     let (_, body) = report_csv(&state, job.id).await?;
+    let body = stream::once(async { Ok(UTF8_BOM.to_vec()) }).chain(body);
     Ok(attachment(
         &report_name(&job),
         "csv",
@@ -159,6 +160,11 @@ pub async fn xlsx(
 
 /// Every bad row as it was, plus `_error`, as CSV (header first), read a page at a time; and
 /// the number of columns.
+/// Starts the CSV download: Excel reads a CSV without it in the machine's legacy code page
+/// (accents garbled, and saved back garbled); with it, as UTF-8. Our import drops it, so a
+/// fixed report imports as it is.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
 async fn report_csv(
     state: &AppState,
     id: Uuid,

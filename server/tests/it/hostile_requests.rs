@@ -548,6 +548,9 @@ async fn out_of_range_and_flag_like_parameters_get_422_and_secrets_stay_hidden()
         report.headers()["content-disposition"],
         "attachment; filename=\"donn_es-errors.csv\"; filename*=UTF-8''donn%C3%A9es-errors.csv"
     );
+    // A byte order mark first, so Excel reads the report as UTF-8.
+    let bytes = report.bytes().await.unwrap();
+    assert!(bytes.starts_with(b"\xEF\xBB\xBFid,n,_error\n"), "{bytes:?}");
     server.stop().await;
 
     // `--help` names the settings, never their values.
