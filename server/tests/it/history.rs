@@ -19,7 +19,8 @@ use server::{
 };
 
 use crate::support::{
-    TestDb, TestServer, WorkerProcess, account, csv, json_of, lease, never_stop, until, worker_args,
+    TestDb, TestServer, WorkerProcess, account, csv, json_of, lease, never_stop, until_one,
+    worker_args,
 };
 
 #[tokio::test]
@@ -151,16 +152,12 @@ async fn a_run_giving_its_lease_back_as_another_takes_it_over_is_not_called_lost
         tokio::spawn(
             async move { leases::acquire(&pool, item, "next", Duration::from_secs(60)).await },
         );
-    until("the acquire waits for the row", || async {
-        sqlx::query_scalar::<_, i64>(
-            "select count(*) from pg_stat_activity
-             where wait_event_type = 'Lock' and query like '%with taken as%'",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-            == 1
-    })
+    until_one(
+        &db,
+        "the acquire waits for the row",
+        "select count(*) from pg_stat_activity
+         where wait_event_type = 'Lock' and query like '%with taken as%'",
+    )
     .await;
     giving_back.commit().await.unwrap();
     // The holder changed while it waited: it takes nothing, and ends nobody's run.

@@ -5,7 +5,7 @@
 //! and day's charts add up, exactly.
 
 use crate::support::{
-    TestDb, TestServer, WorkerProcess, account, csv, install_trigger, json_of, until,
+    TestDb, TestServer, WorkerProcess, account, csv, install_trigger, json_of, until, until_one,
 };
 use app::{
     auth::Role,
@@ -70,17 +70,10 @@ async fn the_queue_shows_processes_backlog_and_throughput() {
     .await;
     let first = WorkerProcess::start(&db, 100);
     assert_eq!(server.finished(failing.id).await.status, JobStatus::Failed);
-    until(
+    until_one(
+        &db,
         "the first worker to be held in a chunk, at the gate",
-        || async {
-            sqlx::query_scalar::<_, i64>(
-                "select count(*) from pg_locks where locktype = 'advisory' and not granted",
-            )
-            .fetch_one(&db.pool)
-            .await
-            .unwrap()
-                == 1
-        },
+        "select count(*) from pg_locks where locktype = 'advisory' and not granted",
     )
     .await;
     let busy = health(&server, &admin).await;

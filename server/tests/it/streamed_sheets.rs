@@ -16,7 +16,7 @@ use std::{os::unix::fs::PermissionsExt, path::PathBuf};
 
 use crate::support::{
     TestDb, TestServer, WorkerProcess, completed_exactly, never_stop, stored_rows, until,
-    worker_args,
+    until_one, worker_args,
 };
 use app::model::{JobStatus, JobView};
 use reqwest::StatusCode;
@@ -450,16 +450,12 @@ async fn two_runs_writing_the_same_chunk_record_it_once() {
         let mut second = pool.begin().await.unwrap();
         chunks::record_done(&mut second, job.id, 0, &span).await
     });
-    until("the second run waiting on the first", || async {
-        sqlx::query_scalar::<_, i64>(
-            "select count(*) from pg_stat_activity where datname = current_database()
-             and wait_event_type = 'Lock' and query like 'insert into job_chunks%'",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-            == 1
-    })
+    until_one(
+        &db,
+        "the second run waiting on the first",
+        "select count(*) from pg_stat_activity where datname = current_database()
+         and wait_event_type = 'Lock' and query like 'insert into job_chunks%'",
+    )
     .await;
     first.commit().await.unwrap();
     assert_eq!(second.await.unwrap().unwrap(), Recorded::Before);

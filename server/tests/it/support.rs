@@ -840,6 +840,19 @@ where
     }
 }
 
+/// Polls `count` (a `select count(*)` of the test's own) until it is 1: how a test waits for
+/// a statement of another connection or process to block on a lock the test holds.
+pub async fn until_one(db: &TestDb, what: &str, count: &'static str) {
+    until(what, || async {
+        sqlx::query_scalar::<_, i64>(count)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+            == 1
+    })
+    .await;
+}
+
 /// Makes every insert into `dataset_rows` run `body` (PL/pgSQL, the calling test's own
 /// constant) first: how tests make chunks slow or failing while the worker under test is the
 /// real binary, unchanged.
