@@ -23,6 +23,7 @@ pub mod job_list;
 pub mod live;
 pub mod model;
 pub mod pages;
+pub mod preview;
 pub mod queue_health;
 pub mod session;
 pub mod zone;

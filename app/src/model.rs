@@ -220,6 +220,10 @@ pub struct JobView {
     /// chosen when none was.
     #[serde(default)]
     pub sheet: Option<String>,
+    /// An import's mapping, when it was given one: file column → the dataset column it fills
+    /// (`null`: ignored). File columns it leaves out fill the column of their name.
+    #[serde(default)]
+    pub mapping: Option<std::collections::BTreeMap<String, Option<String>>>,
     pub dataset: Option<String>,
     /// An export's file format.
     pub format: Option<ExportFormat>,
@@ -549,6 +553,7 @@ mod tests {
             error: None,
             filename: None,
             sheet: None,
+            mapping: None,
             dataset: None,
             format: None,
             result_url: None,

@@ -74,6 +74,12 @@ pub struct ConvertArgs {
     /// The sheet to convert (default: the first shown sheet holding a table, passing over a cover sheet).
     #[arg(long)]
     pub sheet: Option<String>,
+    /// The sheet row (1-based) of the header: rows above it are skipped.
+    #[arg(long)]
+    pub header_row: Option<i64>,
+    /// Instead of the CSV, write the workbook's sheets and the sheet's first rows as JSON.
+    #[arg(long)]
+    pub head: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -371,6 +377,14 @@ impl Default for WorkerArgs {
 }
 
 impl WorkerArgs {
+    /// The program run as `<converter> convert`: the one named, or this one.
+    pub fn converter_path(&self) -> std::io::Result<std::path::PathBuf> {
+        match &self.converter {
+            Some(path) => Ok(path.clone()),
+            None => std::env::current_exe(),
+        }
+    }
+
     pub fn heartbeat(&self) -> Duration {
         Duration::from_secs_f64(self.heartbeat_secs.clamp(0.05, 60.0))
     }

@@ -70,6 +70,11 @@ pub async fn serve(
             args.worker.callbacks.allow.clone(),
         )),
         metrics: std::sync::Arc::new(args.metrics.clone()),
+        converter: std::sync::Arc::new(
+            args.worker
+                .converter_path()
+                .context("finding this program, to read workbooks")?,
+        ),
         shutdown: shutdown.clone(),
     };
     let workers = if args.no_workers {

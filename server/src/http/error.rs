@@ -10,7 +10,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::{
-    auth::accounts::AccountError, incident, jobs::create::CreateError, store::uploads::UploadError,
+    auth::accounts::AccountError, incident, jobs::create::CreateError, jobs::preview::PreviewError,
+    store::uploads::UploadError,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -185,6 +186,16 @@ impl From<CreateError> for ApiError {
             CreateError::TooManyActive { limit } => super::quotas::too_many_jobs(limit),
             CreateError::Database(err) => err.into(),
             CreateError::Queue(err) => Self::Internal(err.into()),
+            CreateError::Preview(err) => err.into(),
+        }
+    }
+}
+
+impl From<PreviewError> for ApiError {
+    fn from(err: PreviewError) -> Self {
+        match err {
+            PreviewError::Database(err) => err.into(),
+            PreviewError::Converter(_) => Self::Internal(err.into()),
         }
     }
 }

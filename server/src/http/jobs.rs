@@ -26,7 +26,7 @@ use crate::{
         control,
         create::{self, CreateError},
     },
-    spreadsheet::schema,
+    spreadsheet::{mapping::Mapping, reading::Reading, schema},
     store::{
         history,
         job_list::{self, Owners},
@@ -53,6 +53,20 @@ pub struct CreateJob {
     dataset: Option<String>,
     /// For a workbook: the sheet to import (default: the first sheet not hidden that holds a table, passing over a cover sheet).
     sheet: Option<String>,
+    /// For an import: the sheet row (1-based) of the header; rows above it (titles) are
+    /// skipped. Default: the first row (of a workbook, the first with a value). The preview
+    /// (`GET /api/uploads/{id}/preview`) finds it.
+    header_row: Option<i64>,
+    /// For a CSV import: the delimiter, `,` `;` `|` or `\t` (default: found from the file).
+    delimiter: Option<String>,
+    /// For a CSV import: the text encoding, `utf-8` or `windows-1252` (default: found).
+    encoding: Option<String>,
+    /// For an import: file column → the dataset column it fills, or `null` to ignore it. File
+    /// columns left out fill the column of their own name. Checked against the file's header
+    /// and the dataset before the job is queued (422: a column filled twice, a column the
+    /// dataset lacks, a required column left empty).
+    #[schema(value_type = Option<std::collections::BTreeMap<String, Option<String>>>)]
+    mapping: Option<Mapping>,
     /// For an export: `csv` (the default) or `xlsx`.
     #[schema(value_type = Option<ExportFormat>)]
     format: Option<String>,
@@ -93,11 +107,7 @@ fn callback_url(raw: &str, policy: &Policy) -> Result<String, ApiError> {
 
 /// The job a create request asks for.
 enum What<'a> {
-    Import {
-        upload: Uuid,
-        dataset: &'a str,
-        sheet: Option<&'a str>,
-    },
+    Import(create::Import<'a>),
     Export {
         dataset: &'a str,
         format: ExportFormat,
@@ -108,9 +118,6 @@ enum What<'a> {
 /// The longest dedupe or serialize key accepted.
 const MAX_KEY_CHARS: usize = 200;
 
-/// The longest sheet name accepted (ODS allows longer names than Excel's 31).
-const MAX_SHEET_CHARS: usize = 255;
-
 impl CreateJob {
     fn what(&self) -> Result<What<'_>, ApiError> {
         let dataset = |missing: &str| {
@@ -120,8 +127,8 @@ impl CreateJob {
                 .ok_or_else(|| ApiError::Invalid(missing.to_owned()))
         };
         Ok(match self.job_type.as_str() {
-            "import" => What::Import {
-                upload: self.file_guid.ok_or_else(|| {
+            "import" => What::Import(create::Import {
+                upload_id: self.file_guid.ok_or_else(|| {
                     ApiError::Invalid("An import needs \"fileGuid\": the id of an upload.".into())
                 })?,
                 dataset: dataset("An import needs \"dataset\": the dataset to import into.")
@@ -130,7 +137,14 @@ impl CreateJob {
                         Ok(name)
                     })?,
                 sheet: self.sheet()?,
-            },
+                reading: Reading::parse(
+                    self.header_row,
+                    self.delimiter.as_deref(),
+                    self.encoding.as_deref(),
+                )
+                .map_err(ApiError::Invalid)?,
+                mapping: self.mapping.as_ref(),
+            }),
             "export" => {
                 let format = create::parse_format(self.format.as_deref().unwrap_or("csv"))?;
                 What::Export {
@@ -147,8 +161,7 @@ impl CreateJob {
         })
     }
 
-    /// The sheet asked for: a workbook's sheet names are short (Excel allows 31 characters),
-    /// and none looks like a command-line flag.
+    /// The sheet asked for ([`schema::check_sheet_name`]).
     fn sheet(&self) -> Result<Option<&str>, ApiError> {
         let Some(sheet) = self
             .sheet
@@ -158,15 +171,7 @@ impl CreateJob {
         else {
             return Ok(None);
         };
-        if sheet.chars().count() > MAX_SHEET_CHARS
-            || sheet.starts_with("--")
-            || sheet.chars().any(char::is_control)
-        {
-            return Err(ApiError::Invalid(format!(
-                "\"sheet\" must be a sheet's name: at most {MAX_SHEET_CHARS} characters, no \
-                 control characters, not starting with \"--\"."
-            )));
-        }
+        schema::check_sheet_name(sheet).map_err(ApiError::Invalid)?;
         Ok(Some(sheet))
     }
 
@@ -283,7 +288,7 @@ pub async fn create(
         // A visitor owns no upload, dataset or batch: whatever the request names does not
         // exist for them, and they do not become a guest for a request that cannot succeed.
         let missing = match what {
-            What::Import { upload, .. } => Some(CreateError::UploadNotFound(upload)),
+            What::Import(import) => Some(CreateError::UploadNotFound(import.upload_id)),
             What::Export { dataset, .. } => Some(CreateError::DatasetNotFound(dataset.into())),
             What::Batch => None,
         };
@@ -293,11 +298,9 @@ pub async fn create(
     }
     let owner = caller.owner(&state).await?.id;
     let created = match what {
-        What::Import {
-            upload,
-            dataset,
-            sheet,
-        } => create::import(&state.pool, owner, upload, dataset, sheet, &options).await?,
+        What::Import(import) => {
+            create::import(&state.pool, &state.converter, owner, import, &options).await?
+        }
         What::Export { dataset, format } => {
             create::export(&state.pool, owner, dataset, format, &options).await?
         }

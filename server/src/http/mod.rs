@@ -76,6 +76,8 @@ pub struct AppState {
     pub callbacks: Arc<crate::jobs::callbacks::address::Policy>,
     /// Who may read `/metrics` besides admins.
     pub metrics: Arc<crate::config::MetricsArgs>,
+    /// The program run as `<converter> convert` to read a workbook's head for a preview.
+    pub converter: Arc<std::path::PathBuf>,
     /// Fires on shutdown; open event streams end with it.
     pub shutdown: CancellationToken,
 }
@@ -165,6 +167,12 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
     ));
     vec![
         upload,
+        Endpoint::new(
+            get.clone(),
+            "/api/uploads/{id}/preview",
+            Anyone,
+            uploads::preview,
+        ),
         Endpoint::new(post.clone(), "/api/jobs", Anyone, jobs::create),
         Endpoint::new(get.clone(), "/api/jobs", Anyone, jobs::list),
         Endpoint::new(get.clone(), "/api/jobs/events", Anyone, events::all_jobs),

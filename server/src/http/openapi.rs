@@ -37,6 +37,7 @@ use super::{
     ),
     paths(
         uploads::create,
+        uploads::preview,
         jobs::create,
         jobs::list,
         events::all_jobs,

@@ -1,13 +1,18 @@
-//! `POST /api/uploads`: stream a multipart `file` field into storage.
+//! `POST /api/uploads`: stream a multipart `file` field into storage. `GET
+//! /api/uploads/{id}/preview`: what an import of it would read (`jobs::preview`).
 
+use app::preview::UploadPreview;
 use axum::{
     Json,
     extract::{
-        Multipart, State,
+        Multipart, Path, Query, State,
         multipart::{MultipartError, MultipartRejection},
+        rejection::{PathRejection, QueryRejection},
     },
     http::StatusCode,
 };
+use serde::Deserialize;
+use uuid::Uuid;
 
 use super::{
     AppState,
@@ -16,11 +21,16 @@ use super::{
 };
 use futures::TryStreamExt;
 use utoipa::{
-    PartialSchema, ToSchema,
+    IntoParams, PartialSchema, ToSchema,
     openapi::{ObjectBuilder, RefOr, Schema, Type},
 };
 
-use crate::store::uploads::{self, Upload, UploadError, UploadLimits};
+use crate::{
+    auth::Sees,
+    jobs::preview::{self, ReadAs},
+    spreadsheet::{reading::Reading, schema},
+    store::uploads::{self, Upload, UploadError, UploadLimits},
+};
 
 /// The form field that holds the file.
 const FILE_FIELD: &str = "file";
@@ -101,6 +111,89 @@ pub async fn create(
     Err(ApiError::Invalid(
         "Send the file as multipart/form-data in a field named \"file\".".into(),
     ))
+}
+
+/// How to read the upload for its preview; each left out is found from the file.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
+pub struct PreviewQuery {
+    /// A workbook's sheet (default: the one an import picks: the first shown sheet holding a
+    /// table).
+    sheet: Option<String>,
+    /// The sheet row (1-based) of the header (default: found past title and blank rows).
+    header_row: Option<i64>,
+    /// A CSV's delimiter: `,` `;` `|` or `\t` (default: found).
+    delimiter: Option<String>,
+    /// A CSV's text encoding: `utf-8` or `windows-1252` (default: found).
+    encoding: Option<String>,
+    /// One of the caller's datasets (or a new name): the preview then suggests which of its
+    /// columns each file column fills.
+    dataset: Option<String>,
+}
+
+/// Previews an upload: a workbook's sheets with their sizes, the header row (found past title
+/// rows), the first 20 rows, a CSV's delimiter and encoding, a type for each column and, for a
+/// dataset, a suggested mapping. Reads only the start of the file.
+#[utoipa::path(
+    get,
+    path = "/api/uploads/{id}/preview",
+    operation_id = "previewUpload",
+    tag = "uploads",
+    params(("id" = Uuid, Path, description = "The upload's id."), PreviewQuery),
+    responses(
+        (status = 200, description = "What an import would read; `problem` says why it would fail from the start.", body = UploadPreview),
+        (status = 400, description = "An id that is not a UUID, or a query that cannot be read.", body = ErrorBody),
+        (status = 404, description = "No such upload (or not the caller's).", body = ErrorBody),
+        (status = 422, description = "A header row, delimiter, encoding, sheet or dataset name that cannot be.", body = ErrorBody),
+    )
+)]
+pub async fn preview(
+    State(state): State<AppState>,
+    caller: Caller,
+    id: Result<Path<Uuid>, PathRejection>,
+    query: Result<Query<PreviewQuery>, QueryRejection>,
+) -> Result<Json<UploadPreview>, ApiError> {
+    let missing = || ApiError::NotFound("No upload has that id.".into());
+    let Path(id) = id.map_err(|_| missing())?;
+    let Query(query) = query?;
+    let owner = caller.me().ok_or_else(missing)?.id;
+    let upload = uploads::find(&state.pool, id, Sees::OwnedBy(owner))
+        .await?
+        .ok_or_else(missing)?;
+    let reading = Reading::parse(
+        query.header_row,
+        query.delimiter.as_deref(),
+        query.encoding.as_deref(),
+    )
+    .map_err(ApiError::Invalid)?;
+    let sheet = query
+        .sheet
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    if let Some(sheet) = sheet {
+        schema::check_sheet_name(sheet).map_err(ApiError::Invalid)?;
+    }
+    let dataset = query
+        .dataset
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    if let Some(name) = dataset {
+        schema::check_dataset_name(name).map_err(ApiError::Invalid)?;
+    }
+    let read_as = ReadAs { sheet, reading };
+    let preview = preview::preview(
+        &state.pool,
+        &state.converter,
+        owner,
+        &upload,
+        read_as,
+        dataset,
+    )
+    .await?;
+    Ok(Json(preview))
 }
 
 fn multipart_error(err: MultipartError, limit: usize) -> ApiError {

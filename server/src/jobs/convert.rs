@@ -1,7 +1,9 @@
 //! The workbook converter: a child process (`server convert`) that reads the workbook on stdin
 //! and writes the chosen sheet as CSV on stdout, first a line announcing the sheet and its
 //! header row ([`Converted`]), as soon as the header is found. Its last stderr line says how
-//! it went ([`Outcome`]). [`super::sheet`] streams the CSV straight into chunks.
+//! it went ([`Outcome`]). [`super::sheet`] streams the CSV straight into chunks. Asked for the
+//! head instead (`--head`), it writes the workbook's sheets and the first rows of one as JSON
+//! ([`WorkbookHead`]), for the preview of an upload.
 //!
 //! It is a child process under a virtual-memory limit ([`CHILD_MEMORY_KB`]) and a CPU-time
 //! limit: calamine reads XLS and ODS sheets whole, sized by what the file declares, and a
@@ -23,15 +25,18 @@ use tokio::{
     task::JoinHandle,
 };
 
-use super::{Engine, TaskError};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::TaskError;
 use crate::{
     config::ConvertArgs,
     spreadsheet::{
         FileError,
         csv::ScanError,
-        workbook::{self, Converted, MAX_WORKBOOK_BYTES},
+        workbook::{self, Converted, MAX_WORKBOOK_BYTES, WorkbookHead},
     },
-    store::{jobs::ImportJob, uploads},
+    store::uploads,
 };
 
 /// The child's address-space limit: the workbook (≤ 256 MB), calamine's cells and headroom.
@@ -88,10 +93,28 @@ pub fn too_large(size: u64) -> Option<FileError> {
     })
 }
 
+/// What a converter is asked for.
+#[derive(Debug, Clone, Copy)]
+pub enum Ask<'a> {
+    /// The sheet named (or the first holding a table) as CSV, its header the first row with a
+    /// value at or below `header_row`.
+    Sheet {
+        sheet: Option<&'a str>,
+        header_row: Option<i64>,
+    },
+    /// The workbook's sheets and the first rows of the one named (or picked), as JSON.
+    Head { sheet: Option<&'a str> },
+}
+
 impl Conversion {
-    /// Starts converting the job's upload (the sheet it names, or the first holding a table);
-    /// the child's stdout, for reading on a blocking thread: the announcement, then the CSV.
-    pub fn start(engine: &Engine, job: &ImportJob) -> Result<(Conversion, File), TaskError> {
+    /// Starts a converter on an upload; the child's stdout, for reading on a blocking thread
+    /// (for a sheet: the announcement, then the CSV).
+    pub fn start(
+        converter: &std::path::Path,
+        pool: &PgPool,
+        upload_id: Uuid,
+        ask: Ask<'_>,
+    ) -> Result<(Conversion, File), TaskError> {
         // `sh` sets the limits, then becomes the converter: `$0` is the program, `$1` the
         // memory limit, `$2` the CPU limit. The child parses hostile files, so it gets none of
         // our environment (the database's address and password are in it).
@@ -99,14 +122,24 @@ impl Conversion {
         command
             .arg("-c")
             .arg(r#"ulimit -v "$1" && ulimit -t "$2" && shift 2 && exec "$0" convert "$@""#)
-            .arg(&engine.converter)
+            .arg(converter)
             .arg(CHILD_MEMORY_KB.to_string())
             .arg(CHILD_CPU_SECONDS.to_string())
             .env_clear()
             .env("RUST_BACKTRACE", "0");
-        if let Some(sheet) = &job.sheet {
+        let (sheet, header_row) = match ask {
+            Ask::Sheet { sheet, header_row } => (sheet, header_row),
+            Ask::Head { sheet } => {
+                command.arg("--head");
+                (sheet, None)
+            }
+        };
+        if let Some(sheet) = sheet {
             // One argument, so that a sheet named like a flag is still a sheet name.
             command.arg(format!("--sheet={sheet}"));
+        }
+        if let Some(row) = header_row {
+            command.arg(format!("--header-row={row}"));
         }
         // Its own process group: a Ctrl-C meant for the worker's terminal is not the file's
         // fault (the worker stops it when it stops).
@@ -124,7 +157,7 @@ impl Conversion {
         };
         let csv = File::from(stdout.into_owned_fd()?);
 
-        let (pool, upload_id) = (engine.pool.clone(), job.upload_id);
+        let pool = pool.clone();
         let feed = tokio::spawn(async move {
             let mut parts = std::pin::pin!(uploads::stream(pool, upload_id));
             while let Some(part) = parts.next().await {
@@ -208,6 +241,23 @@ pub fn read_announcement(csv: &mut impl io::BufRead) -> io::Result<Option<Conver
     })
 }
 
+/// Reads a head the converter wrote (`--head`); `None` if it wrote none (it refused the file:
+/// its outcome says why).
+pub fn read_head(out: impl Read) -> io::Result<Option<WorkbookHead>> {
+    let mut text = Vec::new();
+    out.take(HEAD_BYTES).read_to_end(&mut text)?;
+    if text.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_slice(&text)
+        .map(Some)
+        .map_err(|err| io::Error::other(format!("the converter's head is unreadable: {err}")))
+}
+
+/// The most a head may take as JSON: its text is at most 8 MiB and a few (`workbook::head`),
+/// which escaping may make a few times longer.
+const HEAD_BYTES: u64 = 64 << 20;
+
 /// `server convert`: the workbook on stdin, its sheet as CSV on stdout, the [`Outcome`] as the
 /// last line on stderr. Returns the exit code: 0 converted, 2 refused, 1 broken pipe.
 pub fn child(args: &ConvertArgs) -> i32 {
@@ -220,9 +270,17 @@ pub fn child(args: &ConvertArgs) -> i32 {
         return 1;
     }
     let mut out = io::BufWriter::with_capacity(1 << 20, io::stdout().lock());
-    let result = workbook::to_csv(bytes, args.sheet.as_deref(), true, &mut out);
-    let (outcome, code) = match result.and_then(|converted| Ok((converted, out.flush()?))) {
-        Ok((_, ())) => (Outcome::Converted, 0),
+    let sheet = args.sheet.as_deref();
+    let result = if args.head {
+        workbook::head(bytes, sheet).and_then(|head| {
+            serde_json::to_writer(&mut out, &head).map_err(io::Error::from)?;
+            Ok(())
+        })
+    } else {
+        workbook::to_csv(bytes, sheet, args.header_row, true, &mut out).map(|_| ())
+    };
+    let (outcome, code) = match result.and_then(|()| Ok(out.flush()?)) {
+        Ok(()) => (Outcome::Converted, 0),
         Err(ScanError::File(reason)) => (
             Outcome::Refused {
                 reason: reason.to_string(),

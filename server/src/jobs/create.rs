@@ -4,16 +4,19 @@ use app::model::JobView;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
+use std::path::Path;
+
+use super::preview::{self, PreviewError};
 use crate::{
     auth::Sees,
-    spreadsheet::schema,
+    spreadsheet::{mapping::Mapping, reading::Reading, schema},
     store::{
         datasets,
         jobs::{self, NewJob, NewKind, Options},
         notify,
         queue::{self, Priority, TaskMsg},
         states::ExportFormat,
-        uploads,
+        uploads::{self, Upload},
     },
 };
 
@@ -36,6 +39,8 @@ pub enum CreateError {
     Database(#[from] sqlx::Error),
     #[error(transparent)]
     Queue(#[from] apalis_postgres::Error),
+    #[error(transparent)]
+    Preview(#[from] PreviewError),
 }
 
 /// A job as a create request left it: new, or the one an earlier request with the same
@@ -46,22 +51,42 @@ pub struct Created {
     pub replayed: bool,
 }
 
-/// Queues the import of one of `owner`'s uploads into their dataset (created when new);
-/// `sheet` picks a workbook's sheet (the first holding a table when `None`).
+/// An import, as asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct Import<'a> {
+    pub upload_id: Uuid,
+    pub dataset: &'a str,
+    /// A workbook's sheet (the first holding a table when `None`).
+    pub sheet: Option<&'a str>,
+    /// How to read the file, where the person said.
+    pub reading: Reading,
+    /// Where the file's columns go; checked against the file's header and the dataset's
+    /// columns before the job is queued.
+    pub mapping: Option<&'a Mapping>,
+}
+
+/// Queues the import of one of `owner`'s uploads into their dataset (created when new).
+/// `converter` reads a workbook's header when a mapping must be checked against it.
 pub async fn import(
     pool: &PgPool,
+    converter: &Path,
     owner: Uuid,
-    upload_id: Uuid,
-    dataset: &str,
-    sheet: Option<&str>,
+    import: Import<'_>,
     options: &Options,
 ) -> Result<Created, CreateError> {
+    let Import {
+        upload_id,
+        dataset,
+        sheet,
+        reading,
+        mapping,
+    } = import;
     schema::check_dataset_name(dataset).map_err(CreateError::Invalid)?;
-    if uploads::find(pool, upload_id, Sees::OwnedBy(owner))
+    let upload = uploads::find(pool, upload_id, Sees::OwnedBy(owner))
         .await?
-        .is_none()
-    {
-        return Err(CreateError::UploadNotFound(upload_id));
+        .ok_or(CreateError::UploadNotFound(upload_id))?;
+    if let Some(mapping) = mapping {
+        check_mapping(pool, converter, owner, &upload, import, mapping).await?;
     }
     let options = with_dataset_order(options, owner, dataset);
     let mut tx = pool.begin().await?;
@@ -72,10 +97,40 @@ pub async fn import(
     .await?;
     join_batch(&mut tx, owner, &options).await?;
     let dataset_id = datasets::ensure(&mut tx, owner, dataset).await?;
-    let kind = NewKind::Import { upload_id, sheet };
+    let kind = NewKind::Import {
+        upload_id,
+        sheet,
+        reading: &reading,
+        mapping,
+    };
     let inserted = jobs::insert(&mut tx, owner, dataset_id, kind, &options).await?;
     let plan = |job_id| Some(TaskMsg::Plan { job_id });
     queue_first_task(pool, tx, owner, &options, inserted, plan).await
+}
+
+/// Refuses a mapping the import would refuse: one that fills a column twice or a column the
+/// dataset lacks, or leaves a required column empty, given the header the file has.
+async fn check_mapping(
+    pool: &PgPool,
+    converter: &Path,
+    owner: Uuid,
+    upload: &Upload,
+    import: Import<'_>,
+    mapping: &Mapping,
+) -> Result<(), CreateError> {
+    let read_as = preview::ReadAs {
+        sheet: import.sheet,
+        reading: import.reading,
+    };
+    let header = preview::header(pool, converter, upload, read_as)
+        .await?
+        .map_err(|problem| CreateError::Invalid(format!("The file cannot be mapped: {problem}")))?;
+    let mut conn = pool.acquire().await?;
+    let columns = match datasets::id_of(&mut conn, owner, import.dataset).await? {
+        Some(id) => datasets::schema(&mut conn, id).await?.0,
+        None => Vec::new(),
+    };
+    preview::check_mapping(&header, mapping, &columns).map_err(CreateError::Invalid)
 }
 
 /// Queues the export of one of `owner`'s datasets as `csv` or `xlsx`.

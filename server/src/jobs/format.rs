@@ -9,7 +9,8 @@ use crate::{
     spreadsheet::{
         Plan,
         csv::RowFormat,
-        schema::{self, Column},
+        mapping::{self, Mapping},
+        schema::Column,
     },
     store::datasets,
 };
@@ -22,31 +23,31 @@ pub fn too_many_rows() -> TaskError {
     ))
 }
 
-/// How the chunks will read rows: the file's header lined up with the dataset's columns. A
-/// dataset without columns takes the header's, as text; a header that does not fit the
-/// dataset is the person's problem (refused, with the reason).
+/// How the chunks will read rows: the file's header, through the job's mapping, lined up with
+/// the dataset's columns. A dataset without columns takes the mapped header's, as text; a
+/// header that does not fit the dataset is the person's problem (refused, with the reason).
 pub async fn row_format(
     conn: &mut PgConnection,
     dataset_id: Uuid,
     plan: &Plan,
+    mapping: &Mapping,
 ) -> Result<RowFormat, TaskError> {
     let (mut declared, key) = datasets::schema(conn, dataset_id).await?;
-    let columns = if declared.is_empty() {
-        declared = plan.columns.iter().map(|name| Column::text(name)).collect();
+    if declared.is_empty() {
+        declared = mapping::adopted(&plan.columns, mapping).map_err(TaskError::refused)?;
         datasets::adopt_columns(conn, dataset_id, &declared).await?;
-        declared.clone()
-    } else {
-        schema::align(&plan.columns, &declared).map_err(TaskError::refused)?
-    };
-    // Every header cell names a dataset column (`align` made sure).
-    let slots = columns
-        .iter()
-        .filter_map(|column| declared.iter().position(|d| d.name == column.name))
-        .collect();
-    let key = key.and_then(|key| columns.iter().position(|column| column.name == key));
+    }
+    let (columns, slots): (Vec<Column>, Vec<Option<usize>>) =
+        mapping::lay_out(&plan.columns, mapping, &declared)
+            .map_err(TaskError::refused)?
+            .into_iter()
+            .unzip();
+    let key = key
+        .and_then(|key| (0..columns.len()).find(|&i| slots[i].is_some() && columns[i].name == key));
     Ok(RowFormat {
         delimiter: plan.delimiter,
         encoding: plan.encoding,
+        header: plan.columns.clone(),
         columns,
         slots,
         width: declared.len(),

@@ -27,6 +27,7 @@ mod format;
 pub mod maintenance;
 pub mod pipe;
 pub mod plan;
+pub mod preview;
 pub mod sheet;
 pub mod worker;
 
@@ -63,14 +64,10 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(pool: PgPool, args: &WorkerArgs) -> std::io::Result<Self> {
-        let converter = match &args.converter {
-            Some(path) => path.clone(),
-            None => std::env::current_exe()?,
-        };
         Ok(Self {
             pool,
             chunk_rows: args.chunk_rows,
-            converter,
+            converter: args.converter_path()?,
         })
     }
 }

@@ -18,6 +18,7 @@ use crate::{
     spreadsheet::{
         Plan,
         csv::{self, ScanError},
+        reading::Reading,
         workbook,
     },
     store::{
@@ -55,19 +56,21 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
     if workbook::Kind::of(&head).is_some() {
         return sheet::run(engine, job_id, &job, stop).await;
     }
-    let plan = scan_upload(engine, job.upload_id, stop).await?;
+    let plan = scan_upload(engine, job.upload_id, job.reading(), stop).await?;
     seal(engine, job_id, plan).await
 }
 
 async fn scan_upload(
     engine: &Engine,
     upload_id: Uuid,
+    reading: Reading,
     stop: &CancellationToken,
 ) -> Result<Plan, TaskError> {
     let chunk_rows = engine.chunk_rows;
     let parts = uploads::stream(engine.pool.clone(), upload_id).map_err(io::Error::other);
     let parts = Box::pin(pipe::until_stopped(Box::pin(parts), stop.clone()));
-    let scanned = pipe::read_with(parts, move |input| csv::scan(input, chunk_rows)).await?;
+    let scanned =
+        pipe::read_with(parts, move |input| csv::scan(input, &reading, chunk_rows)).await?;
     scanned.map_err(|err| match err {
         ScanError::File(reason) => TaskError::refused(reason.to_string()),
         ScanError::Io(err) => err.into(),
@@ -92,7 +95,7 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
     }
     // A refusal drops the transaction: it rolls back as its connection returns to the pool,
     // releasing the job row the runner then fails.
-    let format = format::row_format(&mut tx, job.dataset_id, &plan).await?;
+    let format = format::row_format(&mut tx, job.dataset_id, &plan, &job.mapping()).await?;
     chunks::insert_all(&mut tx, job_id, &plan.chunks).await?;
     let chunks_total = plan.chunks.len() as i32;
     let Some(version) =

@@ -26,7 +26,7 @@ use app::model::Remedy;
 use super::{
     Engine, Refusal, TaskError,
     chunk::{self, Streamed},
-    convert::{self, Conversion, Ended},
+    convert::{self, Ask, Conversion, Ended},
     error::stopped_io,
     format,
 };
@@ -36,6 +36,7 @@ use crate::{
         ChunkSpan, Plan,
         csv::{self, RowFormat, ScanError, Scanned},
         encoding::Encoding,
+        reading::Reading,
         workbook::Converted,
     },
     store::{
@@ -71,7 +72,15 @@ pub async fn run(
     }
     let recorded = chunks::recorded(pool, job_id).await?;
 
-    let (mut conversion, csv_out) = Conversion::start(engine, job)?;
+    let (mut conversion, csv_out) = Conversion::start(
+        &engine.converter,
+        &engine.pool,
+        job.upload_id,
+        Ask::Sheet {
+            sheet: job.sheet.as_deref(),
+            header_row: job.reading().header_row,
+        },
+    )?;
     let (found_tx, mut found) = mpsc::channel(2);
     let chunk_rows = engine.chunk_rows;
     let reader = tokio::task::spawn_blocking(move || {
@@ -81,7 +90,13 @@ pub async fn run(
         };
         let send = |found| found_tx.blocking_send(found).map_err(|_| stopped_io());
         send(Found::Announced(announced))?;
-        let plan = csv::scan_each(input, chunk_rows, |scanned| {
+        // The converter writes UTF-8 with commas, the header first (rows above it skipped).
+        let written = Reading {
+            header_row: None,
+            delimiter: Some(b','),
+            encoding: Some(Encoding::Utf8),
+        };
+        let plan = csv::scan_each(input, &written, chunk_rows, |scanned| {
             Ok(send(match scanned {
                 Scanned::Header { delimiter, columns } => Found::Header {
                     delimiter,
@@ -268,7 +283,7 @@ async fn start_format(
         chunks: Vec::new(),
     };
     let mut tx = engine.pool.begin().await?;
-    let format = format::row_format(&mut tx, job.dataset_id, &plan).await?;
+    let format = format::row_format(&mut tx, job.dataset_id, &plan, &job.mapping()).await?;
     jobs::set_format(
         &mut tx,
         job_id,

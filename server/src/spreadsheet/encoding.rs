@@ -62,6 +62,24 @@ impl Encoding {
         }
     }
 
+    /// From a request's word for it (as the WHATWG encoding standard labels them, so
+    /// `latin1` and `iso-8859-1` are Windows-1252, as in every browser).
+    pub fn parse(word: &str) -> Option<Encoding> {
+        match encoding_rs::Encoding::for_label(word.trim().as_bytes()) {
+            Some(found) if found == encoding_rs::UTF_8 => Some(Self::Utf8),
+            Some(found) if found == encoding_rs::WINDOWS_1252 => Some(Self::Windows1252),
+            _ => None,
+        }
+    }
+
+    /// Its name in the API (`utf-8`, `windows-1252`).
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Utf8 => "utf-8",
+            Self::Windows1252 => "windows-1252",
+        }
+    }
+
     /// What people call it.
     pub fn label(self) -> &'static str {
         match self {

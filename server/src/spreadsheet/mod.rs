@@ -7,7 +7,10 @@
 mod cell_text;
 pub mod csv;
 pub mod encoding;
+pub mod head;
+pub mod mapping;
 pub mod output;
+pub mod reading;
 pub mod record;
 pub mod report;
 pub mod schema;

@@ -26,6 +26,24 @@ pub fn check_dataset_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// The longest sheet name accepted (ODS allows longer names than Excel's 31).
+const MAX_SHEET_CHARS: usize = 255;
+
+/// Checks a sheet name asked for: a workbook's sheet names are short, and none looks like a
+/// command-line flag (the converter takes it as an argument).
+pub fn check_sheet_name(sheet: &str) -> Result<(), String> {
+    if sheet.chars().count() > MAX_SHEET_CHARS
+        || sheet.starts_with("--")
+        || sheet.chars().any(char::is_control)
+    {
+        return Err(format!(
+            "\"sheet\" must be a sheet's name: at most {MAX_SHEET_CHARS} characters, no control \
+             characters, not starting with \"--\"."
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a declared schema: at least one column, names non-empty and distinct, at most
 /// [`MAX_COLUMNS`], a key that is one of the columns. The key column becomes required, since
 /// a row without a key value cannot be matched.

@@ -6,13 +6,14 @@
 use super::{FileError, encoding::Encoding};
 
 /// Delimiters we recognise, most common first (the first wins a tie).
-const DELIMITERS: [u8; 4] = [b',', b'\t', b';', b'|'];
+pub const DELIMITERS: [u8; 4] = [b',', b'\t', b';', b'|'];
 
 /// Lines of the sample the delimiter must split consistently.
 const SAMPLE_RECORDS: usize = 20;
 
-/// The delimiter that splits the sample's records into the same number of fields, the most
-/// fields winning; a comma when none does. Quotes are honoured: it asks the CSV parser.
+/// The delimiter that splits the sample's records into the same number of fields, past the
+/// fewest title rows, the most fields winning; a comma when none does. Quotes are honoured: it
+/// asks the CSV parser.
 pub fn delimiter(head: &[u8]) -> u8 {
     // The sample may end mid-record: judge only the complete lines before its last line break.
     let complete = match head.iter().rposition(|&b| b == b'\n') {
@@ -21,41 +22,53 @@ pub fn delimiter(head: &[u8]) -> u8 {
     };
     DELIMITERS
         .into_iter()
-        .map(|delimiter| (consistent_fields(complete, delimiter), delimiter))
-        .fold((0, b','), |best, candidate| {
-            if candidate.0 > best.0 {
-                candidate
-            } else {
-                best
-            }
+        .filter_map(|delimiter| {
+            consistent_fields(complete, delimiter)
+                .map(|(titles, fields)| ((titles, std::cmp::Reverse(fields)), delimiter))
         })
-        .1
+        // The first of equals wins: `min_by_key` keeps the first minimum.
+        .min_by_key(|(rank, _)| *rank)
+        .map_or(b',', |(_, delimiter)| delimiter)
 }
 
-/// How many fields every sampled record has with this delimiter; 0 when they disagree or when
-/// the delimiter does not split the header at all.
-fn consistent_fields(sample: &[u8], delimiter: u8) -> usize {
+/// Records at the top of a file that may disagree with the rest: title rows above the header.
+const TITLE_RECORDS: usize = 5;
+
+/// How many title rows the sample has at the top with this delimiter, and how many fields every
+/// record after them has (two or more of them must agree, unless there are no title rows);
+/// `None` when they disagree or when the delimiter does not split them at all.
+fn consistent_fields(sample: &[u8], delimiter: u8) -> Option<(usize, usize)> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
         .delimiter(delimiter)
         .from_reader(sample);
-    let mut fields = None;
+    let mut counts = Vec::with_capacity(SAMPLE_RECORDS);
     for record in reader.byte_records().take(SAMPLE_RECORDS) {
-        let Ok(record) = record else { return 0 };
-        match fields {
-            None => fields = Some(record.len()),
-            Some(n) if n != record.len() => return 0,
-            Some(_) => {}
-        }
+        let Ok(record) = record else { return None };
+        counts.push(record.len());
     }
-    fields.filter(|&n| n > 1).unwrap_or(0)
+    let &fields = counts.last()?;
+    let agreeing = counts.iter().rev().take_while(|&&n| n == fields).count();
+    let titles = counts.len() - agreeing;
+    let agreed = titles == 0 || (titles <= TITLE_RECORDS && agreeing >= 2);
+    (agreed && fields > 1).then_some((titles, fields))
 }
 
 /// Checks the start of a file, and tells how its text is encoded as far as it shows: `None`
 /// while all it holds is ASCII (which reads the same in both; a character cut off at the
 /// sample's end does not decide either). Planning settles the rest (`csv::scan_each`).
 pub fn sniff(head: &[u8]) -> Result<Option<Encoding>, FileError> {
+    check_text(head)?;
+    match std::str::from_utf8(head) {
+        Err(err) if err.error_len().is_none() && head[..err.valid_up_to()].is_ascii() => Ok(None),
+        Ok(text) if text.is_ascii() => Ok(None),
+        _ => Encoding::of(head).map(Some),
+    }
+}
+
+/// Refuses what is not text at all (NUL bytes: an image, a PDF, an archive).
+pub fn check_text(head: &[u8]) -> Result<(), FileError> {
     if head.contains(&0) {
         return Err(FileError::NotCsv(
             "This is neither a spreadsheet nor text: only CSV, TSV, XLSX, XLS and ODS files \
@@ -63,11 +76,7 @@ pub fn sniff(head: &[u8]) -> Result<Option<Encoding>, FileError> {
                 .into(),
         ));
     }
-    match std::str::from_utf8(head) {
-        Err(err) if err.error_len().is_none() && head[..err.valid_up_to()].is_ascii() => Ok(None),
-        Ok(text) if text.is_ascii() => Ok(None),
-        _ => Encoding::of(head).map(Some),
-    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -98,6 +107,11 @@ mod tests {
         assert_eq!(delimiter(b"a\tb\tc\n1\t2,5\t3\n"), b'\t');
         assert_eq!(delimiter(b"name;amount\nAna;1,5\nRui;2,75\n"), b';');
         assert_eq!(delimiter(b"a|b\n1|2\n"), b'|');
+        // Title rows above the header do not hide it.
+        assert_eq!(
+            delimiter(b"Contacts\n\nname;mail;n\nAna;a@x.pt;1,5\nRui;r@x.pt;2\n"),
+            b';'
+        );
         // Commas inside quotes do not count.
         assert_eq!(delimiter(b"a;b\n\"x, y\";2\n\"p, q, r\";3\n"), b';');
         // A single column, or nothing consistent: comma.

@@ -21,9 +21,13 @@ use calamine::{
     open_workbook_from_rs,
 };
 
+use app::preview::SheetInfo;
+use bytes::Bytes;
+
 use super::{
     FileError, MAX_CELL_BYTES, MAX_COLUMNS, cell_text,
     csv::{MAX_ROW_BYTES, ScanError},
+    head::{HEAD_ROWS, Head},
     unzip,
     xlsx::{self, ReadError},
 };
@@ -77,44 +81,31 @@ enum Cells {
 }
 
 /// Writes the sheet named `sheet` (by default the one [`first_table`] picks: not a cover sheet,
-/// nor a hidden one) to `out` as
-/// comma-separated CSV whose first record is the sheet's first non-empty row. With `announce`,
-/// a line of JSON (a [`Converted`]) comes first, as soon as the header is found: a reader of
-/// the stream then knows the sheet's row numbers before its first row arrives.
+/// nor a hidden one) to `out` as comma-separated CSV whose first record is the sheet's first
+/// non-empty row at or below `header_row` (rows above it, titles, are skipped). With
+/// `announce`, a line of JSON (a [`Converted`]) comes first, as soon as the header is found: a
+/// reader of the stream then knows the sheet's row numbers before its first row arrives.
 pub fn to_csv(
     bytes: Vec<u8>,
     sheet: Option<&str>,
+    header_row: Option<i64>,
     announce: bool,
     out: impl Write,
 ) -> Result<Converted, ScanError> {
-    let kind = Kind::of(&bytes).ok_or_else(|| FileError::NotCsv("Not a workbook.".into()))?;
-    let (name, mut cells) = match kind {
-        Kind::Zip if is_ods(&bytes) => {
-            let mut zip = zip::ZipArchive::new(Cursor::new(&bytes[..])).map_err(unreadable)?;
-            unzip::check_all(&mut zip).map_err(ReadError::from)?;
-            let mut book: Ods<_> = open_workbook_from_rs(Cursor::new(bytes)).map_err(unreadable)?;
+    let (name, mut cells) = match Book::open(bytes)? {
+        Book::Ods(mut book) => {
             let name = choose_range_sheet(&mut book, sheet)?;
             let range = book.worksheet_range(&name).map_err(unreadable)?;
             (name, Cells::Range(range))
         }
-        Kind::Zip => {
-            let mut book = xlsx::Workbook::open(bytes)?;
+        Book::Xls(mut book) => {
+            let name = choose_range_sheet(&mut book, sheet)?;
+            let range = book.worksheet_range(&name).map_err(unreadable)?;
+            (name, Cells::Range(range))
+        }
+        Book::Xlsx(mut book) => {
             let name = choose_xlsx_sheet(&mut book, sheet)?;
             (name, Cells::Xlsx(book))
-        }
-        Kind::Ole => {
-            let mut book: Xls<_> = match Xls::new(Cursor::new(&bytes[..])) {
-                Ok(book) => book,
-                Err(XlsError::Password) => return Err(password_protected()),
-                // An encrypted XLSX is an OLE file too; its error says so.
-                Err(err) => match Xlsx::new(Cursor::new(&bytes[..])) {
-                    Err(XlsxError::Password) => return Err(password_protected()),
-                    _ => return Err(unreadable(err)),
-                },
-            };
-            let name = choose_range_sheet(&mut book, sheet)?;
-            let range = book.worksheet_range(&name).map_err(unreadable)?;
-            (name, Cells::Range(range))
         }
     };
     let last_row = match &mut cells {
@@ -124,6 +115,7 @@ pub fn to_csv(
     let mut out = SheetWriter::new(
         LimitedWriter::new(out, MAX_SHEET_CSV_BYTES),
         announce.then(|| (name.clone(), last_row)),
+        first_row(header_row),
     );
     match cells {
         Cells::Range(range) => write_range(&range, &mut out)?,
@@ -138,6 +130,187 @@ pub fn to_csv(
         header_row,
         declared_rows: rows_below(last_row, header_row as u32 - 1),
     })
+}
+
+/// A header row asked for as the first sheet row read (0-based).
+fn first_row(header_row: Option<i64>) -> u32 {
+    header_row.map_or(0, |row| u32::try_from(row - 1).unwrap_or(0))
+}
+
+/// A workbook opened, by format.
+enum Book {
+    Ods(Ods<Cursor<Vec<u8>>>),
+    Xls(Xls<Cursor<Bytes>>),
+    Xlsx(xlsx::Workbook),
+}
+
+impl Book {
+    /// Opens a workbook told by its first bytes; a zip's entries are checked against the
+    /// unpacking budget first, a password named as the reason it cannot be read.
+    fn open(bytes: Vec<u8>) -> Result<Book, ScanError> {
+        let kind = Kind::of(&bytes).ok_or_else(|| FileError::NotCsv("Not a workbook.".into()))?;
+        Ok(match kind {
+            Kind::Zip if is_ods(&bytes) => {
+                let mut zip = zip::ZipArchive::new(Cursor::new(&bytes[..])).map_err(unreadable)?;
+                unzip::check_all(&mut zip).map_err(ReadError::from)?;
+                Book::Ods(open_workbook_from_rs(Cursor::new(bytes)).map_err(unreadable)?)
+            }
+            Kind::Zip => Book::Xlsx(xlsx::Workbook::open(bytes)?),
+            Kind::Ole => {
+                // Shared without a copy, so that an encrypted XLSX can be told by its error.
+                let bytes = Bytes::from(bytes);
+                match Xls::new(Cursor::new(bytes.clone())) {
+                    Ok(book) => Book::Xls(book),
+                    Err(XlsError::Password) => return Err(password_protected()),
+                    // An encrypted XLSX is an OLE file too; its error says so.
+                    Err(err) => match Xlsx::new(Cursor::new(bytes)) {
+                        Err(XlsxError::Password) => return Err(password_protected()),
+                        _ => return Err(unreadable(err)),
+                    },
+                }
+            }
+        })
+    }
+}
+
+/// A workbook's sheets, and the first rows ([`HEAD_ROWS`] with values) of the one asked for or
+/// picked by default, laid out from column A; what stops that sheet from being read, if
+/// something does (an empty workbook, a sheet that is not there).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WorkbookHead {
+    pub sheets: Vec<SheetInfo>,
+    pub sheet: Option<String>,
+    pub head: Head,
+    pub problem: Option<String>,
+}
+
+/// [`WorkbookHead`] of a workbook: what the preview shows (read in the converter).
+pub fn head(bytes: Vec<u8>, sheet: Option<&str>) -> Result<WorkbookHead, ScanError> {
+    let mut rows = HeadRows::default();
+    let (sheets, chosen) = match Book::open(bytes)? {
+        Book::Ods(mut book) => range_head(&mut book, sheet, &mut rows)?,
+        Book::Xls(mut book) => range_head(&mut book, sheet, &mut rows)?,
+        Book::Xlsx(mut book) => {
+            let mut sheets = Vec::new();
+            let (_, hidden) = book.sheet_names_shown_and_hidden();
+            for name in book.sheet_names() {
+                let rows = book
+                    .declared_last_row(&name)?
+                    .map(|last| i64::from(last) + 1);
+                let hidden = hidden.contains(&name);
+                sheets.push(SheetInfo { name, hidden, rows });
+            }
+            let chosen = match choose_xlsx_sheet(&mut book, sheet) {
+                Ok(name) => {
+                    book.cells(&name, |cell| Ok(rows.cell(cell.row, cell.col, cell.text)))?;
+                    Ok(name)
+                }
+                Err(err) => Err(err),
+            };
+            (sheets, chosen)
+        }
+    };
+    let (sheet, problem) = match chosen {
+        Ok(name) => (Some(name), None),
+        Err(ScanError::File(FileError::Empty)) => (
+            None,
+            Some("The workbook has no sheet with a value.".to_owned()),
+        ),
+        Err(ScanError::File(reason)) => (None, Some(reason.to_string())),
+        Err(err) => return Err(err),
+    };
+    Ok(WorkbookHead {
+        sheets,
+        sheet,
+        head: rows.finish(),
+        problem,
+    })
+}
+
+/// [`head`] of an XLS or ODS workbook: calamine knows each sheet's size once it read it.
+fn range_head<R: Reader<Cursor<B>>, B>(
+    book: &mut R,
+    wanted: Option<&str>,
+    rows: &mut HeadRows,
+) -> Result<(Vec<SheetInfo>, Result<String, ScanError>), ScanError>
+where
+    Cursor<B>: Read + io::Seek,
+    R::Error: std::fmt::Display,
+{
+    let listed: Vec<(String, bool)> = book
+        .sheets_metadata()
+        .iter()
+        .map(|sheet| (sheet.name.clone(), sheet.visible != SheetVisible::Visible))
+        .collect();
+    let mut sheets = Vec::with_capacity(listed.len());
+    for (name, hidden) in listed {
+        let range = book.worksheet_range(&name).map_err(unreadable)?;
+        let rows = range.end().map(|(row, _)| i64::from(row) + 1);
+        sheets.push(SheetInfo { name, hidden, rows });
+    }
+    let chosen = choose_range_sheet(book, wanted);
+    if let Ok(name) = &chosen {
+        let range = book.worksheet_range(name).map_err(unreadable)?;
+        let (row0, col0) = range.start().unwrap_or_default();
+        let mut text = String::new();
+        for (row, col, value) in range.used_cells() {
+            text.clear();
+            write_text(value, &mut text);
+            if rows
+                .cell(row0 + row as u32, col0 + col as u32, &text)
+                .is_break()
+            {
+                break;
+            }
+        }
+    }
+    Ok((sheets, chosen))
+}
+
+/// The most text a head gathers: rows of huge cells end it early.
+const HEAD_TEXT_BYTES: usize = 8 << 20;
+
+/// Gathers a sheet's first rows with values from its cells, in row order.
+#[derive(Default)]
+struct HeadRows {
+    rows: Vec<(i64, Vec<String>)>,
+    /// The sheet row (0-based) of the last row.
+    last: Option<u32>,
+    /// The text gathered.
+    bytes: usize,
+}
+
+impl HeadRows {
+    /// Takes a cell; breaks once [`HEAD_ROWS`] rows are complete, or [`HEAD_TEXT_BYTES`] taken.
+    fn cell(&mut self, row: u32, col: u32, text: &str) -> ControlFlow<()> {
+        if text.is_empty() || col as usize > MAX_COLUMNS {
+            return ControlFlow::Continue(());
+        }
+        if self.bytes > HEAD_TEXT_BYTES {
+            return ControlFlow::Break(());
+        }
+        self.bytes += text.len().min(MAX_CELL_BYTES) + 8;
+        if self.last != Some(row) {
+            if self.rows.len() == HEAD_ROWS {
+                return ControlFlow::Break(());
+            }
+            self.last = Some(row);
+            self.rows.push((i64::from(row) + 1, Vec::new()));
+        }
+        let cells = &mut self.rows.last_mut().expect("a row was pushed").1;
+        if cells.len() <= col as usize {
+            cells.resize(col as usize + 1, String::new());
+        }
+        cells[col as usize] = cut_to_cell_cap(text).to_owned();
+        ControlFlow::Continue(())
+    }
+
+    fn finish(self) -> Head {
+        Head {
+            rows: self.rows,
+            spanned: true,
+        }
+    }
 }
 
 /// The rows a sheet says it has below its header (0-based rows).
@@ -341,6 +514,8 @@ struct SheetWriter<W: Write> {
     row_bytes: usize,
     /// Values outside the header's columns.
     extra: Vec<String>,
+    /// The first sheet row (0-based) read: rows above the header asked for are skipped.
+    first_row: u32,
 }
 
 /// An empty sheet row: one empty field (`""`), which the import skips but counts, whatever the
@@ -356,8 +531,9 @@ struct Started<W: Write> {
 }
 
 impl<W: Write> SheetWriter<W> {
-    fn new(out: W, announce: Option<(String, Option<u32>)>) -> Self {
+    fn new(out: W, announce: Option<(String, Option<u32>)>, first_row: u32) -> Self {
         Self {
+            first_row,
             out: Some(out),
             started: None,
             announce,
@@ -370,6 +546,9 @@ impl<W: Write> SheetWriter<W> {
     }
 
     fn cell(&mut self, row: u32, col: u32, text: &str) -> Result<(), ScanError> {
+        if row < self.first_row {
+            return Ok(());
+        }
         if row != self.row {
             if row < self.row {
                 return Err(FileError::NotCsv(
@@ -581,7 +760,7 @@ mod tests {
 
     fn convert(bytes: &[u8], sheet: Option<&str>) -> Result<(Converted, String), ScanError> {
         let mut out = Vec::new();
-        let converted = to_csv(bytes.to_vec(), sheet, false, &mut out)?;
+        let converted = to_csv(bytes.to_vec(), sheet, None, false, &mut out)?;
         Ok((converted, String::from_utf8(out).unwrap()))
     }
 
@@ -595,7 +774,7 @@ mod tests {
     #[test]
     fn huge_and_many_cells_cost_a_row_little_more_than_the_caps() {
         let mut out = Vec::new();
-        let mut sheet = SheetWriter::new(&mut out, None);
+        let mut sheet = SheetWriter::new(&mut out, None, 0);
         sheet.cell(0, 0, "a").unwrap();
         sheet.cell(0, 1, "b").unwrap();
         // One 3 MiB string (say a shared one) in 30 cells, then 100 000 cells past the header.
@@ -674,7 +853,7 @@ mod tests {
 
         // For a reader of the stream, the same comes first, as a line of JSON.
         let mut announced = Vec::new();
-        to_csv(people_xlsx(), None, true, &mut announced).unwrap();
+        to_csv(people_xlsx(), None, None, true, &mut announced).unwrap();
         let (line, rest) =
             announced.split_at(announced.iter().position(|&b| b == b'\n').unwrap() + 1);
         assert_eq!(serde_json::from_slice::<Converted>(line).unwrap(), expected);

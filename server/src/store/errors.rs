@@ -67,10 +67,12 @@ pub async fn page(
     .await
 }
 
-/// The header the job read, for the report's columns.
+/// The header the job read, as the file has it, for the report's columns (formats stored
+/// before mappings: their columns' names, which were the header's).
 pub async fn columns(pool: &PgPool, job_id: Uuid) -> sqlx::Result<Vec<String>> {
     let columns = sqlx::query_scalar!(
-        r#"select jsonb_path_query_array(row_format, '$.columns[*].name')
+        r#"select coalesce(row_format -> 'header',
+                           jsonb_path_query_array(row_format, '$.columns[*].name'))
                as "names: Json<Vec<String>>"
            from jobs where id = $1"#,
         job_id,

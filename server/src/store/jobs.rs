@@ -7,7 +7,10 @@ use sqlx::{PgConnection, PgPool, types::Json};
 use uuid::Uuid;
 
 use super::states::{ChunkState, ExportFormat, JobKind, JobStatus, LIVE};
-use crate::{auth::Sees, spreadsheet::csv::RowFormat};
+use crate::{
+    auth::Sees,
+    spreadsheet::{csv::RowFormat, mapping::Mapping, reading::Reading},
+};
 
 /// `sqlx::query_as!(ViewRow, "select … from jobs" + $rest, args…)`: what a [`JobView`]
 /// shows, with the given SQL after it; `$failed` is the parameter that binds
@@ -20,6 +23,7 @@ macro_rules! select_view {
            j.item_count, j.item_progress, j.rows_ok, j.rows_failed, j.rows_updated,
            j.chunks_total, j.chunks_done, j.version, j.error, j.created_at, j.started_at,
            j.finished_at, j.source_filename as filename, j.sheet,
+           j.mapping as "mapping: Json<Mapping>",
            d.name as "dataset?", j.format as "format: ExportFormat",
            j.result_upload_id is not null as "has_result!",
            extract(epoch from coalesce(j.finished_at, now()) - j.started_at)::float8
@@ -68,6 +72,7 @@ struct ViewRow {
     finished_at: Option<DateTime<Utc>>,
     filename: Option<String>,
     sheet: Option<String>,
+    mapping: Option<Json<Mapping>>,
     dataset: Option<String>,
     format: Option<ExportFormat>,
     has_result: bool,
@@ -141,6 +146,7 @@ impl From<ViewRow> for JobView {
             error: row.error,
             filename: row.filename,
             sheet: row.sheet,
+            mapping: row.mapping.map(|Json(mapping)| mapping),
             dataset: row.dataset,
             format: row.format,
             result_url: row
@@ -191,10 +197,13 @@ pub struct NewJob {
 /// What only one kind of job has.
 #[derive(Debug, Clone, Copy)]
 pub enum NewKind<'a> {
-    /// The upload to read and, for a workbook, the sheet.
+    /// The upload to read and, for a workbook, the sheet; how to read it and where its
+    /// columns go, when the person said.
     Import {
         upload_id: Uuid,
         sheet: Option<&'a str>,
+        reading: &'a Reading,
+        mapping: Option<&'a Mapping>,
     },
     /// The file format to write.
     Export { format: ExportFormat },
@@ -209,17 +218,30 @@ pub async fn insert(
     kind: NewKind<'_>,
     options: &Options,
 ) -> sqlx::Result<Option<NewJob>> {
-    let (kind, upload_id, sheet, format) = match kind {
-        NewKind::Import { upload_id, sheet } => (JobKind::Import, Some(upload_id), sheet, None),
-        NewKind::Export { format } => (JobKind::Export, None, None, Some(format)),
+    let (kind, upload_id, sheet, format, reading, mapping) = match kind {
+        NewKind::Import {
+            upload_id,
+            sheet,
+            reading,
+            mapping,
+        } => (
+            JobKind::Import,
+            Some(upload_id),
+            sheet,
+            None,
+            (!reading.is_default()).then_some(Json(reading)),
+            mapping.map(Json),
+        ),
+        NewKind::Export { format } => (JobKind::Export, None, None, Some(format), None, None),
     };
     sqlx::query_as!(
         NewJob,
         "insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, format,
                            max_failures_per_item, max_row_errors, max_row_errors_percent,
-                           dedupe_key, serialize_key, parent_id, callback_url, source_filename)
+                           dedupe_key, serialize_key, parent_id, callback_url, source_filename,
+                           reading, mapping)
          values ($1, $2, $3, $4, $5, $6, $7, coalesce($8, 5), $9, $10, $11, $12, $13, $14,
-                 (select filename from uploads where id = $4))
+                 (select filename from uploads where id = $4), $15, $16)
          on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
          returning id, ticket",
         Uuid::now_v7(),
@@ -236,6 +258,8 @@ pub async fn insert(
         options.serialize_key,
         options.parent_id,
         options.callback_url,
+        reading as _,
+        mapping as _,
     )
     .fetch_optional(conn)
     .await
@@ -366,6 +390,19 @@ pub async fn find_many(pool: &PgPool, ids: &[Uuid], sees: Sees) -> sqlx::Result<
     .map(|rows| rows.into_iter().map(JobView::from).collect())
 }
 
+/// The mappings earlier imports into a dataset were given, newest first (the last 10).
+pub async fn used_mappings(pool: &PgPool, dataset_id: Uuid) -> sqlx::Result<Vec<Mapping>> {
+    let rows = sqlx::query_scalar!(
+        r#"select mapping as "mapping!: Json<Mapping>" from jobs
+           where dataset_id = $1 and mapping is not null
+           order by created_at desc limit 10"#,
+        dataset_id,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|Json(mapping)| mapping).collect())
+}
+
 /// What the workers need to know about an import job.
 #[derive(Debug, Clone)]
 pub struct ImportJob {
@@ -378,11 +415,26 @@ pub struct ImportJob {
     pub dataset_id: Uuid,
     pub sheet: Option<String>,
     pub row_format: Option<sqlx::types::Json<RowFormat>>,
+    pub reading: Option<sqlx::types::Json<Reading>>,
+    pub mapping: Option<sqlx::types::Json<Mapping>>,
 }
 
 impl ImportJob {
     pub fn is_running(&self) -> bool {
         self.status == JobStatus::Running
+    }
+
+    /// How to read the file: as the person said, or as found.
+    pub fn reading(&self) -> Reading {
+        self.reading.as_ref().map(|r| r.0).unwrap_or_default()
+    }
+
+    /// Where the file's columns go: as mapped, or each to the column of its name.
+    pub fn mapping(&self) -> Mapping {
+        self.mapping
+            .as_ref()
+            .map(|m| m.0.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -417,7 +469,8 @@ macro_rules! select_import_job {
             ImportJob,
             r#"select status as "status: JobStatus", seq, sealed, owner,
                       upload_id as "upload_id!", dataset_id as "dataset_id!", sheet,
-                      row_format as "row_format: Json<RowFormat>"
+                      row_format as "row_format: Json<RowFormat>",
+                      reading as "reading: Json<Reading>", mapping as "mapping: Json<Mapping>"
                from jobs where id = $1 and kind = $2"#
                 + $rest,
             $id,

@@ -203,6 +203,16 @@ impl World {
                 .await,
                 expect([201, 201, 403, 201, 201, 201]),
             ),
+            ("GET", "/api/uploads/{id}/preview") => {
+                // Only its owner previews an upload: to anyone else it does not exist.
+                let url = self.url(&format!("/api/uploads/{}/preview", self.upload_id));
+                let only_a = [true, false, false, false, false, false];
+                let status = [200, 404, 404, 404, 404, 404];
+                (
+                    response(c.get(url)).await,
+                    expect_seen(status, MARK, only_a),
+                )
+            }
             ("POST", "/api/jobs") => {
                 let body = json!({ "jobType": "import", "fileGuid": self.upload_id,
                                    "dataset": "contacts" });

@@ -21,6 +21,7 @@ mod health;
 mod history;
 mod hostile_files;
 mod hostile_requests;
+mod import_review;
 mod job_list;
 mod job_trees;
 mod live_events;

@@ -371,7 +371,11 @@ impl TestServer {
     }
 
     /// Starts the server with these settings (accounts, limits, workers).
-    pub async fn start_with_args(db: &TestDb, args: ServeArgs) -> Self {
+    pub async fn start_with_args(db: &TestDb, mut args: ServeArgs) -> Self {
+        // Previews read workbooks with the real converter, as workers do (not this test binary).
+        args.worker
+            .converter
+            .get_or_insert_with(|| env!("CARGO_BIN_EXE_server").into());
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();

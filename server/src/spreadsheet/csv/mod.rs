@@ -6,7 +6,6 @@ mod records;
 
 use std::{
     borrow::Cow,
-    collections::HashSet,
     io::{self, BufRead, BufReader, Read},
 };
 
@@ -16,9 +15,11 @@ use records::{Record, Records};
 use super::{
     ChunkSpan, FileError, MAX_CELL_BYTES, MAX_COLUMNS, Plan, RowError, delimiter,
     encoding::Encoding,
+    head::{self, HEAD_ROWS, Head},
+    reading::Reading,
     record::RecordWriter,
     schema::{self, Column},
-    sniff,
+    sniff::{check_text, sniff},
 };
 
 /// Why a scan stopped.
@@ -38,9 +39,9 @@ const MAX_CHUNK_BYTES: u64 = 16 << 20;
 
 /// Reads the header, counts the rows and cuts them into chunks of `chunk_rows` (or
 /// [`MAX_CHUNK_BYTES`]).
-pub fn scan(input: impl Read, chunk_rows: usize) -> Result<Plan, ScanError> {
+pub fn scan(input: impl Read, reading: &Reading, chunk_rows: usize) -> Result<Plan, ScanError> {
     let mut chunks = Vec::new();
-    let mut plan = scan_each(input, chunk_rows, |scanned| {
+    let mut plan = scan_each(input, reading, chunk_rows, |scanned| {
         if let Scanned::Chunk { span, .. } = scanned {
             chunks.push(span);
         }
@@ -69,19 +70,33 @@ pub enum Scanned<'a> {
 /// than [`MAX_ROW_BYTES`] is a chunk of its own, handed over without its bytes.
 pub fn scan_each(
     input: impl Read,
+    reading: &Reading,
     chunk_rows: usize,
     mut each: impl FnMut(Scanned<'_>) -> Result<(), ScanError>,
 ) -> Result<Plan, ScanError> {
     let mut input = BufReader::with_capacity(64 * 1024, input);
     let head = input.fill_buf()?;
-    let mut encoding = sniff(head)?;
-    let delimiter = delimiter(head);
+    let (mut encoding, settled) = match reading.encoding {
+        Some(encoding) => (check_text(head).map(|()| Some(encoding))?, true),
+        None => (sniff(head)?, false),
+    };
+    let delimiter = reading.delimiter.unwrap_or_else(|| delimiter(head));
     let mut records = Records::new(input, delimiter).keeping();
     let mut record = Record::default();
-    if !records.read(&mut record)? {
-        return Err(FileError::Empty.into());
+    // Rows above the header asked for are not read (records count as sheet rows).
+    let header_row = reading.header_row.unwrap_or(1);
+    for _ in 0..header_row {
+        if !records.read(&mut record)? {
+            return Err(FileError::Empty.into());
+        }
     }
-    settle(&mut encoding, &record)?;
+    if header_row > 1 {
+        // The rows above the header are not kept: no chunk holds them.
+        records.restart_at(record.end());
+    }
+    if !settled {
+        settle(&mut encoding, &record)?;
+    }
     let columns = header(&record, encoding.unwrap_or_default())?;
     each(Scanned::Header {
         delimiter,
@@ -133,7 +148,9 @@ pub fn scan_each(
             }
             continue;
         }
-        settle(&mut encoding, &record)?;
+        if !settled {
+            settle(&mut encoding, &record)?;
+        }
         row_count += 1;
         let span = current.get_or_insert(ChunkSpan {
             first_row: record_no,
@@ -159,7 +176,7 @@ pub fn scan_each(
     Ok(Plan {
         delimiter,
         encoding: encoding.unwrap_or_default(),
-        header_row: 1,
+        header_row,
         columns,
         row_count,
         chunks: Vec::new(),
@@ -176,8 +193,7 @@ fn settle(encoding: &mut Option<Encoding>, record: &Record) -> Result<(), FileEr
     Ok(())
 }
 
-/// Column names from the header row: trimmed, a UTF-8 byte order mark dropped, blanks named
-/// `column_N`; duplicates are refused because a dataset's columns are known by name.
+/// Column names from the header row (see [`head::column_names`]).
 fn header(record: &Record, encoding: Encoding) -> Result<Vec<String>, FileError> {
     if record.is_too_large() {
         return Err(FileError::BadHeader(format!(
@@ -190,46 +206,85 @@ fn header(record: &Record, encoding: Encoding) -> Result<Vec<String>, FileError>
             columns: record.len(),
         });
     }
-    let mut columns: Vec<String> = Vec::with_capacity(record.len());
-    let mut seen = HashSet::with_capacity(record.len());
-    for (i, field) in record.iter().enumerate() {
-        let name = encoding.decode(field).ok_or_else(|| {
-            FileError::BadHeader(format!("column {} is not {} text", i + 1, encoding.label()))
-        })?;
-        let name = name.trim_start_matches('\u{feff}').trim();
-        if name.contains('\0') {
-            return Err(FileError::BadHeader(format!(
-                "column {} contains a NUL character",
-                i + 1
-            )));
-        }
-        let name = if name.is_empty() {
-            format!("column_{}", i + 1)
-        } else {
-            name.to_owned()
-        };
-        if !seen.insert(name.clone()) {
-            return Err(FileError::BadHeader(format!(
-                "the column name \"{name}\" appears twice"
-            )));
-        }
-        columns.push(name);
-    }
-    Ok(columns)
+    let cells = record
+        .iter()
+        .enumerate()
+        .map(|(i, field)| {
+            encoding.decode(field).map(Cow::into_owned).ok_or_else(|| {
+                FileError::BadHeader(format!("column {} is not {} text", i + 1, encoding.label()))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    head::column_names(cells)
 }
 
-/// How a chunk's rows are read: the file's delimiter and encoding, the dataset column of each header cell
-/// (in file order) and its place among the dataset's `width` columns (`slots`), which of them,
-/// if any, is the dataset's unique key, and the sheet row of the header (row numbers in errors
-/// count from it).
+/// What the first bytes of a CSV file show ([`head`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CsvHead {
+    pub delimiter: u8,
+    pub encoding: Encoding,
+    pub head: Head,
+}
+
+/// The first [`HEAD_ROWS`] records of a CSV file from its first bytes (`whole`: all of it), read
+/// as `reading` says or as found; a record the bytes cut off is left out.
+pub fn head(bytes: &[u8], whole: bool, reading: &Reading) -> Result<CsvHead, FileError> {
+    let encoding = match reading.encoding {
+        Some(encoding) => {
+            check_text(bytes)?;
+            encoding
+        }
+        None => match sniff(bytes)? {
+            Some(encoding) => encoding,
+            None if bytes.is_ascii() => Encoding::Utf8,
+            None => Encoding::of(bytes)?,
+        },
+    };
+    let delimiter = reading.delimiter.unwrap_or_else(|| delimiter(bytes));
+    let mut records = Records::new(bytes, delimiter);
+    let mut record = Record::default();
+    let mut rows = Vec::new();
+    // Reading a byte slice cannot fail.
+    while rows.len() < HEAD_ROWS && records.read(&mut record).unwrap_or(false) {
+        if !whole && record.end() == bytes.len() as u64 {
+            break;
+        }
+        let cells = if record.is_blank() {
+            Vec::new()
+        } else {
+            fields_of(&record, encoding)
+        };
+        rows.push((rows.len() as i64 + 1, cells));
+    }
+    if rows.is_empty() {
+        return Err(FileError::Empty);
+    }
+    Ok(CsvHead {
+        delimiter,
+        encoding,
+        head: Head {
+            rows,
+            spanned: false,
+        },
+    })
+}
+
+/// How a chunk's rows are read: the file's delimiter and encoding, its header as it was
+/// (for the error report), the dataset column of each header cell (in file order) and its
+/// place among the dataset's `width` columns (`slots`; `None`: a column the mapping ignores),
+/// which of them, if any, is the dataset's unique key, and the sheet row of the header (row
+/// numbers in errors count from it).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RowFormat {
     pub delimiter: u8,
     /// Formats stored before encodings were told apart are UTF-8.
     #[serde(default)]
     pub encoding: Encoding,
+    /// The file's column names (formats stored before mappings: the columns' names).
+    #[serde(default)]
+    pub header: Vec<String>,
     pub columns: Vec<Column>,
-    pub slots: Vec<usize>,
+    pub slots: Vec<Option<usize>>,
     pub width: usize,
     pub key: Option<usize>,
     #[serde(default = "first_row")]
@@ -360,6 +415,10 @@ fn to_cells(record: &Record, format: &RowFormat) -> Result<(String, Option<Strin
     let mut values: Vec<Option<Cow<'_, str>>> = vec![None; format.width];
     let mut key = None;
     for (i, (field, column)) in record.iter().zip(columns).enumerate() {
+        let Some(slot) = format.slots[i] else {
+            // A column the mapping ignores.
+            continue;
+        };
         if field.len() > MAX_CELL_BYTES {
             return Err((
                 Some(i),
@@ -388,7 +447,7 @@ fn to_cells(record: &Record, format: &RowFormat) -> Result<(String, Option<Strin
             // Never empty: the key column is required (`schema::check_schema`).
             key = value.as_deref().map(str::to_owned);
         }
-        values[format.slots[i]] = value;
+        values[slot] = value;
     }
     let mut record = RecordWriter::with_capacity(record.field_bytes().len() + 2 * format.width);
     for value in &values {
@@ -402,7 +461,7 @@ mod tests {
     use super::*;
 
     fn plan(text: &str, chunk_rows: usize) -> Plan {
-        scan(text.as_bytes(), chunk_rows).expect("scans")
+        scan(text.as_bytes(), &Reading::default(), chunk_rows).expect("scans")
     }
 
     /// Parses as a dataset without a schema would: every column text.
@@ -410,8 +469,9 @@ mod tests {
         let format = RowFormat {
             delimiter,
             encoding: Encoding::Utf8,
+            header: names.to_vec(),
             columns: names.iter().map(|n| Column::text(n)).collect(),
-            slots: (0..names.len()).collect(),
+            slots: (0..names.len()).map(Some).collect(),
             width: names.len(),
             key: None,
             header_row: 1,
@@ -438,7 +498,7 @@ mod tests {
             }
         }
         let mut seen = Vec::new();
-        let plan = scan_each(text.as_bytes(), 10, |scanned| {
+        let plan = scan_each(text.as_bytes(), &Reading::default(), 10, |scanned| {
             match scanned {
                 Scanned::Header { delimiter, columns } => {
                     assert_eq!(
@@ -453,7 +513,12 @@ mod tests {
         .unwrap();
         assert_eq!(plan.row_count, 25);
         let spans: Vec<_> = seen.iter().map(|(span, _)| *span).collect();
-        assert_eq!(spans, super::scan(text.as_bytes(), 10).unwrap().chunks);
+        assert_eq!(
+            spans,
+            super::scan(text.as_bytes(), &Reading::default(), 10)
+                .unwrap()
+                .chunks
+        );
         for (span, bytes) in &seen {
             assert_eq!(
                 bytes[..],
@@ -469,7 +534,7 @@ mod tests {
         text.push_str(&"\"\"\n".repeat(blanks));
         text.push_str("2,y\n");
         let mut largest = 0;
-        let plan = scan_each(text.as_bytes(), 10, |scanned| {
+        let plan = scan_each(text.as_bytes(), &Reading::default(), 10, |scanned| {
             if let Scanned::Chunk { bytes, .. } = scanned {
                 largest = largest.max(bytes.len());
             }
@@ -477,7 +542,9 @@ mod tests {
         })
         .unwrap();
         assert_eq!(plan.row_count, 2);
-        let spans = super::scan(text.as_bytes(), 10).unwrap().chunks;
+        let spans = super::scan(text.as_bytes(), &Reading::default(), 10)
+            .unwrap()
+            .chunks;
         assert_eq!(
             spans.len(),
             2,
@@ -508,7 +575,7 @@ mod tests {
     #[test]
     fn a_windows_1252_file_imports_its_text_and_reports_it_as_it_was() {
         let bytes = b"nom;montant\nJos\xe9;12\nM\xfcller;\x80\n";
-        let plan = scan(&bytes[..], 10).unwrap();
+        let plan = scan(&bytes[..], &Reading::default(), 10).unwrap();
         assert_eq!(
             (plan.encoding, plan.delimiter),
             (Encoding::Windows1252, b';')
@@ -517,6 +584,7 @@ mod tests {
         let format = RowFormat {
             delimiter: plan.delimiter,
             encoding: plan.encoding,
+            header: Vec::new(),
             columns: vec![
                 Column::text("nom"),
                 Column {
@@ -525,7 +593,7 @@ mod tests {
                     required: false,
                 },
             ],
-            slots: vec![0, 1],
+            slots: vec![Some(0), Some(1)],
             width: 2,
             key: None,
             header_row: 1,
@@ -554,12 +622,22 @@ mod tests {
         bytes.extend(b"Jos\xe9;1\n");
         assert!(bytes.len() > 64 * 1024, "past the sniffed head");
         assert_eq!(
-            scan(&bytes[..], 1000).unwrap().encoding,
+            scan(&bytes[..], &Reading::default(), 1000)
+                .unwrap()
+                .encoding,
             Encoding::Windows1252
         );
         let utf8 = [&bytes[..bytes.len() - 7], "José;1\n".as_bytes()].concat();
-        assert_eq!(scan(&utf8[..], 1000).unwrap().encoding, Encoding::Utf8);
-        assert_eq!(scan(&b"a\n1\n"[..], 10).unwrap().encoding, Encoding::Utf8);
+        assert_eq!(
+            scan(&utf8[..], &Reading::default(), 1000).unwrap().encoding,
+            Encoding::Utf8
+        );
+        assert_eq!(
+            scan(&b"a\n1\n"[..], &Reading::default(), 10)
+                .unwrap()
+                .encoding,
+            Encoding::Utf8
+        );
         // A damaged byte, then real UTF-8: UTF-8, the damaged row an error of its own.
         let damaged = [
             &bytes[..bytes.len() - 7],
@@ -567,11 +645,16 @@ mod tests {
             "José;2\n".as_bytes(),
         ]
         .concat();
-        assert_eq!(scan(&damaged[..], 1000).unwrap().encoding, Encoding::Utf8);
+        assert_eq!(
+            scan(&damaged[..], &Reading::default(), 1000)
+                .unwrap()
+                .encoding,
+            Encoding::Utf8
+        );
         // Windows-1252 text with a byte it leaves undefined further on: refused.
         let mac = [&bytes[..], b"fa\x8dade;3\n"].concat();
         assert!(matches!(
-            scan(&mac[..], 1000),
+            scan(&mac[..], &Reading::default(), 1000),
             Err(ScanError::File(FileError::NotCsv(_)))
         ));
     }
@@ -587,11 +670,12 @@ mod tests {
         let format = RowFormat {
             delimiter: b',',
             encoding: Encoding::Utf8,
+            header: Vec::new(),
             columns: vec![
                 column("n", schema::ColumnType::Integer),
                 column("label", schema::ColumnType::Text),
             ],
-            slots: vec![2, 0],
+            slots: vec![Some(2), Some(0)],
             width: 3,
             key: Some(0),
             header_row: 1,
@@ -667,7 +751,7 @@ mod tests {
 
     #[test]
     fn unusable_files_are_file_errors() {
-        let err = |text: &[u8]| match scan(text, 10) {
+        let err = |text: &[u8]| match scan(text, &Reading::default(), 10) {
             Err(ScanError::File(err)) => err,
             other => panic!("expected a file error, got {other:?}"),
         };
@@ -703,7 +787,7 @@ mod tests {
             vec!["1"; 20_000].join(",")
         );
         assert!(matches!(
-            scan(wide.as_bytes(), 10),
+            scan(wide.as_bytes(), &Reading::default(), 10),
             Err(ScanError::File(FileError::TooWide { columns: 20_000 }))
         ));
 
@@ -749,7 +833,7 @@ mod tests {
         let huge = format!("\"{}\"", "y\n,".repeat(3 << 20));
         let text = format!("a,b\n1,x\n\n2,{huge}\n3,z\n");
         let mut seen = Vec::new();
-        let plan = scan_each(text.as_bytes(), 10, |scanned| {
+        let plan = scan_each(text.as_bytes(), &Reading::default(), 10, |scanned| {
             if let Scanned::Chunk { span, bytes } = scanned {
                 seen.push((span, bytes.to_vec()));
             }
@@ -790,8 +874,9 @@ mod tests {
         let format = RowFormat {
             delimiter: b',',
             encoding: Encoding::Utf8,
+            header: Vec::new(),
             columns: vec![Column::text("a"), Column::text("b")],
-            slots: vec![0, 1],
+            slots: vec![Some(0), Some(1)],
             width: 2,
             key: None,
             header_row: 1,
@@ -816,12 +901,12 @@ mod tests {
     fn headers_too_large_or_too_wide_are_refused_while_read() {
         let cell = "h".repeat(9 << 20);
         assert!(matches!(
-            scan(format!("{cell}\n1\n").as_bytes(), 10),
+            scan(format!("{cell}\n1\n").as_bytes(), &Reading::default(), 10),
             Err(ScanError::File(FileError::BadHeader(m))) if m == "it is larger than 8 MiB"
         ));
         let wide = format!("{}\n1\n", ",".repeat(3_000_000));
         assert!(matches!(
-            scan(wide.as_bytes(), 10),
+            scan(wide.as_bytes(), &Reading::default(), 10),
             Err(ScanError::File(FileError::TooWide { columns: 3_000_001 }))
         ));
     }

@@ -396,7 +396,7 @@ pub(super) fn mutate(mut bytes: Vec<u8>, mutations: &[Mutation]) -> Vec<u8> {
 /// Reads a workbook every way the converter does: the whole conversion, then every sheet.
 /// Errors are fine; a panic fails the test.
 fn read_every_way(bytes: Vec<u8>) {
-    let _ = workbook::to_csv(bytes.clone(), None, true, io::sink());
+    let _ = workbook::to_csv(bytes.clone(), None, None, true, io::sink());
     if let Ok(mut book) = Workbook::open(bytes) {
         for name in book.sheet_names() {
             let _ = book.declared_last_row(&name);
