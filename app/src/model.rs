@@ -224,6 +224,13 @@ pub struct JobView {
     /// (`null`: ignored). File columns it leaves out fill the column of their name.
     #[serde(default)]
     pub mapping: Option<std::collections::BTreeMap<String, Option<String>>>,
+    /// A dry run (created as `jobType: "validate"`): an import that checks and counts every
+    /// row and reports its errors, writing none.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// The import whose error report, fixed, this import reads.
+    #[serde(default)]
+    pub fixes: Option<Uuid>,
     pub dataset: Option<String>,
     /// An export's file format.
     pub format: Option<ExportFormat>,
@@ -400,9 +407,11 @@ impl JobView {
     /// "Import of people.csv", "Export of people as XLSX".
     pub fn title(&self) -> String {
         match self.job_type {
-            JobKind::Import => {
-                format!("Import of {}", self.filename.as_deref().unwrap_or("a file"))
-            }
+            JobKind::Import => format!(
+                "{} of {}",
+                if self.dry_run { "Dry run" } else { "Import" },
+                self.filename.as_deref().unwrap_or("a file")
+            ),
             JobKind::Batch => "Batch of jobs".to_owned(),
             JobKind::Export => format!(
                 "Export of {} as {}",
@@ -464,6 +473,11 @@ impl JobView {
         match self.status {
             JobStatus::Waiting => "Waiting for job to start...".to_owned(),
             JobStatus::Running => format!("Job running, {}% complete...", self.percent()),
+            JobStatus::Completed if self.dry_run => format!(
+                "Dry run complete: {} ok, {} with errors; nothing was written",
+                count_of(self.rows_ok, "row"),
+                thousands(self.rows_failed)
+            ),
             JobStatus::Completed if self.rows_failed > 0 && self.rows_ok == 0 => format!(
                 "Completed with {}: no rows were imported",
                 count_of(self.rows_failed, "error")
@@ -554,6 +568,8 @@ mod tests {
             filename: None,
             sheet: None,
             mapping: None,
+            dry_run: false,
+            fixes: None,
             dataset: None,
             format: None,
             result_url: None,

@@ -30,10 +30,11 @@ test('bad rows are reported on the job page with a downloadable report', async (
   expect(download.suggestedFilename()).toBe('mixed-errors.csv');
   const report = await (await page.request.get(`/api/jobs/${jobId}/errors.csv`)).text();
   // A byte order mark first, so Excel reads it as UTF-8.
+  // The sheet row and the errors first, then the row exactly as it was: the formula-like cell
+  // neutralised, the extra field kept.
   expect(report).toBe(
-    '\ufeffid,name,_error\n' +
-      '2,,"expected 2 fields, found 1"\n' +
-      // The formula-like cell is neutralised; the extra field is cut to the header's width.
-      "'=cmd(),x,\"expected 2 fields, found 3\"\n",
+    '\ufeff_row,_error,id,name\n' +
+      '3,"expected 2 fields, found 1",2\n' +
+      "5,\"expected 2 fields, found 3\",'=cmd(),x,extra\n",
   );
 });

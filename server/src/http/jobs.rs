@@ -38,13 +38,16 @@ static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 use app::{
     history::JobHistory,
     job_list::{JobPage, ListQuery},
-    model::{ExportFormat, JobKind, JobView},
+    model::{ExportFormat, JobView},
 };
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateJob {
-    #[schema(value_type = JobKind)]
+    /// `import`, `export`, `batch`, or `validate`: a dry run of an import into an existing
+    /// dataset, which checks and counts every row and reports its errors, writing none (its
+    /// job is an import with `dryRun: true`).
+    #[schema(value_type = String, example = "import")]
     job_type: String,
     /// For an import: the id of an upload (`POST /api/uploads`).
     file_guid: Option<Uuid>,
@@ -67,6 +70,9 @@ pub struct CreateJob {
     /// dataset lacks, a required column left empty).
     #[schema(value_type = Option<std::collections::BTreeMap<String, Option<String>>>)]
     mapping: Option<Mapping>,
+    /// For an import: the id of the import whose error report (fixed) this file is; the new
+    /// job links back to it. The report's `_row` and `_error` columns are ignored.
+    fixes: Option<Uuid>,
     /// For an export: `csv` (the default) or `xlsx`.
     #[schema(value_type = Option<ExportFormat>)]
     format: Option<String>,
@@ -127,9 +133,12 @@ impl CreateJob {
                 .ok_or_else(|| ApiError::Invalid(missing.to_owned()))
         };
         Ok(match self.job_type.as_str() {
-            "import" => What::Import(create::Import {
+            kind @ ("import" | "validate") => What::Import(create::Import {
                 upload_id: self.file_guid.ok_or_else(|| {
-                    ApiError::Invalid("An import needs \"fileGuid\": the id of an upload.".into())
+                    ApiError::Invalid(format!(
+                        "A{}{kind} needs \"fileGuid\": the id of an upload.",
+                        if kind == "import" { "n " } else { " " }
+                    ))
                 })?,
                 dataset: dataset("An import needs \"dataset\": the dataset to import into.")
                     .and_then(|name| {
@@ -144,6 +153,8 @@ impl CreateJob {
                 )
                 .map_err(ApiError::Invalid)?,
                 mapping: self.mapping.as_ref(),
+                dry_run: kind == "validate",
+                fixes: self.fixes,
             }),
             "export" => {
                 let format = create::parse_format(self.format.as_deref().unwrap_or("csv"))?;
@@ -155,7 +166,7 @@ impl CreateJob {
             "batch" => What::Batch,
             other => {
                 return Err(ApiError::Invalid(format!(
-                    "Unknown jobType \"{other}\": use \"import\", \"export\" or \"batch\"."
+                    "Unknown jobType \"{other}\": use \"import\", \"validate\", \"export\" or \"batch\"."
                 )));
             }
         })

@@ -33,7 +33,7 @@ use crate::{
     spreadsheet::{
         output::{self, LongText, MAX_XLSX_ROWS},
         report,
-        schema::Column,
+        schema::{Column, ColumnType},
     },
     store::errors,
 };
@@ -90,7 +90,9 @@ pub async fn json(
     }))
 }
 
-/// Downloads a job's error report as CSV: every bad row as it was, plus `_error`.
+/// Downloads a job's error report as CSV: for every bad row, its sheet row (`_row`) and what
+/// is wrong (`_error`), then the row exactly as it was. Fixed and imported again, the `_row`
+/// and `_error` columns are ignored.
 #[utoipa::path(
     get,
     path = "/api/jobs/{id}/errors.csv",
@@ -146,7 +148,17 @@ pub async fn xlsx(
         )));
     }
     let (width, csv) = report_csv(&state, id).await?;
-    let columns: Vec<Column> = (0..width).map(|i| Column::text(&i.to_string())).collect();
+    // The row numbers as numbers; everything else as the text it was.
+    let columns: Vec<Column> = (0..width)
+        .map(|i| Column {
+            kind: if i == 0 {
+                ColumnType::Integer
+            } else {
+                ColumnType::Text
+            },
+            ..Column::text(&i.to_string())
+        })
+        .collect();
     let (body, work) = pipe::convert(Box::pin(csv), move |input, out| {
         output::csv_to_xlsx(&columns, "errors", LongText::Cut, input, out).map(drop)
     });
@@ -158,8 +170,8 @@ pub async fn xlsx(
     Ok(attachment(&report_name(&job), "xlsx", XLSX_TYPE, body))
 }
 
-/// Every bad row as it was, plus `_error`, as CSV (header first), read a page at a time; and
-/// the number of columns.
+/// Every bad row's number and errors, then the row as it was, as CSV (header first), read a
+/// page at a time; and the number of columns of the header.
 /// Starts the CSV download: Excel reads a CSV without it in the machine's legacy code page
 /// (accents garbled, and saved back garbled); with it, as UTF-8. Our import drops it, so a
 /// fixed report imports as it is.
@@ -188,7 +200,7 @@ async fn report_csv(
                 .flatten();
             let bytes: Vec<u8> = lines
                 .iter()
-                .flat_map(|line| report::row(width, &line.fields, &line.message))
+                .flat_map(|line| report::row(line.row_no, &line.fields, &line.message))
                 .collect();
             Ok::<_, sqlx::Error>((!lines.is_empty()).then_some((bytes, next)))
         }
@@ -196,7 +208,7 @@ async fn report_csv(
     let body = stream::once(async move { Ok(report::header(&columns)) })
         .chain(pages)
         .map_err(std::io::Error::other);
-    Ok((width + 1, body))
+    Ok((width + report::ADDED.len(), body))
 }
 
 /// A download named after the imported file: `people.csv` → `people-errors.xlsx`.

@@ -147,7 +147,9 @@ async fn write(
         updated: 0,
         failed: parsed.errors.len() as i64,
     };
-    if keyed {
+    if job.dry_run {
+        // A dry run checks and counts the rows, and writes none.
+    } else if keyed {
         let (row_nos, keys, rows) = last_of_each_key(parsed);
         let inserted =
             datasets::upsert_rows(&mut tx, job.dataset_id, job.seq, &row_nos, &keys, &rows).await?;

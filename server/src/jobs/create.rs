@@ -63,6 +63,11 @@ pub struct Import<'a> {
     /// Where the file's columns go; checked against the file's header and the dataset's
     /// columns before the job is queued.
     pub mapping: Option<&'a Mapping>,
+    /// A dry run: check and count every row, write none. The dataset must exist (a dry run
+    /// creates nothing).
+    pub dry_run: bool,
+    /// The owner's import whose error report, fixed, this file is.
+    pub fixes: Option<Uuid>,
 }
 
 /// Queues the import of one of `owner`'s uploads into their dataset (created when new).
@@ -80,6 +85,8 @@ pub async fn import(
         sheet,
         reading,
         mapping,
+        dry_run,
+        fixes,
     } = import;
     schema::check_dataset_name(dataset).map_err(CreateError::Invalid)?;
     let upload = uploads::find(pool, upload_id, Sees::OwnedBy(owner))
@@ -96,12 +103,27 @@ pub async fn import(
     )
     .await?;
     join_batch(&mut tx, owner, &options).await?;
-    let dataset_id = datasets::ensure(&mut tx, owner, dataset).await?;
+    if let Some(fixed) = fixes
+        && !jobs::is_owners_import(&mut tx, fixed, owner).await?
+    {
+        return Err(CreateError::Invalid(format!(
+            "\"fixes\" must be one of your imports; no import of yours has the id {fixed}."
+        )));
+    }
+    let dataset_id = if dry_run {
+        datasets::id_of(&mut tx, owner, dataset)
+            .await?
+            .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?
+    } else {
+        datasets::ensure(&mut tx, owner, dataset).await?
+    };
     let kind = NewKind::Import {
         upload_id,
         sheet,
         reading: &reading,
         mapping,
+        dry_run,
+        fixes,
     };
     let inserted = jobs::insert(&mut tx, owner, dataset_id, kind, &options).await?;
     let plan = |job_id| Some(TaskMsg::Plan { job_id });

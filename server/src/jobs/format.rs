@@ -2,17 +2,11 @@
 //! plan of a CSV file and the streamed import of a sheet).
 
 use sqlx::PgConnection;
-use uuid::Uuid;
 
 use super::TaskError;
 use crate::{
-    spreadsheet::{
-        Plan,
-        csv::RowFormat,
-        mapping::{self, Mapping},
-        schema::Column,
-    },
-    store::datasets,
+    spreadsheet::{Plan, csv::RowFormat, mapping, report, schema::Column},
+    store::{datasets, jobs::ImportJob},
 };
 
 /// The refusal for a file with more rows than a job's row numbers hold.
@@ -24,18 +18,21 @@ pub fn too_many_rows() -> TaskError {
 }
 
 /// How the chunks will read rows: the file's header, through the job's mapping, lined up with
-/// the dataset's columns. A dataset without columns takes the mapped header's, as text; a
-/// header that does not fit the dataset is the person's problem (refused, with the reason).
+/// the dataset's columns. A dataset without columns takes the mapped header's, as text (a dry
+/// run only reads as if it had); a header that does not fit the dataset is the person's
+/// problem (refused, with the reason).
 pub async fn row_format(
     conn: &mut PgConnection,
-    dataset_id: Uuid,
+    job: &ImportJob,
     plan: &Plan,
-    mapping: &Mapping,
 ) -> Result<RowFormat, TaskError> {
-    let (mut declared, key) = datasets::schema(conn, dataset_id).await?;
+    let mapping = &job.mapping();
+    let (mut declared, key) = datasets::schema(conn, job.dataset_id).await?;
     if declared.is_empty() {
         declared = mapping::adopted(&plan.columns, mapping).map_err(TaskError::refused)?;
-        datasets::adopt_columns(conn, dataset_id, &declared).await?;
+        if !job.dry_run {
+            datasets::adopt_columns(conn, job.dataset_id, &declared).await?;
+        }
     }
     let (columns, slots): (Vec<Column>, Vec<Option<usize>>) =
         mapping::lay_out(&plan.columns, mapping, &declared)
@@ -53,5 +50,8 @@ pub async fn row_format(
         width: declared.len(),
         key,
         header_row: plan.header_row,
+        from_report: report::ADDED
+            .iter()
+            .all(|added| plan.columns.iter().any(|c| c == added)),
     })
 }

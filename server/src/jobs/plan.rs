@@ -95,7 +95,7 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
     }
     // A refusal drops the transaction: it rolls back as its connection returns to the pool,
     // releasing the job row the runner then fails.
-    let format = format::row_format(&mut tx, job.dataset_id, &plan, &job.mapping()).await?;
+    let format = format::row_format(&mut tx, &job, &plan).await?;
     chunks::insert_all(&mut tx, job_id, &plan.chunks).await?;
     let chunks_total = plan.chunks.len() as i32;
     let Some(version) =

@@ -283,7 +283,7 @@ async fn start_format(
         chunks: Vec::new(),
     };
     let mut tx = engine.pool.begin().await?;
-    let format = format::row_format(&mut tx, job.dataset_id, &plan, &job.mapping()).await?;
+    let format = format::row_format(&mut tx, job, &plan).await?;
     jobs::set_format(
         &mut tx,
         job_id,

@@ -11,7 +11,10 @@ use std::collections::{BTreeMap, HashSet};
 
 use unicode_normalization::{UnicodeNormalization, char::is_combining_mark};
 
-use super::schema::{self, Column};
+use super::{
+    report,
+    schema::{self, Column},
+};
 
 /// File column → the dataset column it fills (`None`: ignored).
 pub type Mapping = BTreeMap<String, Option<String>>;
@@ -29,13 +32,15 @@ pub fn normalised(name: &str) -> String {
         .collect()
 }
 
-/// The dataset column each header cell fills (`None`: ignored), in file order. Refuses a
-/// mapping that fills one dataset column from two file columns.
+/// The dataset column each header cell fills (`None`: ignored), in file order; the columns an
+/// error report adds (`_row`, `_error`) are ignored unless mapped, so a fixed report imports
+/// as it is. Refuses a mapping that fills one dataset column from two file columns.
 pub fn targets(header: &[String], mapping: &Mapping) -> Result<Vec<Option<String>>, String> {
     let targets: Vec<Option<String>> = header
         .iter()
         .map(|name| match mapping.get(name) {
             Some(target) => target.clone(),
+            None if report::is_added(name) => None,
             None => Some(name.clone()),
         })
         .collect();
@@ -121,6 +126,9 @@ pub fn suggest(header: &[String], columns: &[Column], used: &[Mapping]) -> Vec<O
     let is_column = |name: &str| columns.iter().any(|c| c.name == name);
     // Earlier mappings and exact names first, so a loose match never takes their column.
     for (i, name) in header.iter().enumerate() {
+        if report::is_added(name) {
+            continue;
+        }
         let remembered = used.iter().find_map(|mapping| mapping.get(name));
         let pick = match remembered {
             Some(Some(target)) if is_column(target) => Some(target.as_str()),
@@ -134,7 +142,8 @@ pub fn suggest(header: &[String], columns: &[Column], used: &[Mapping]) -> Vec<O
         }
     }
     for (i, name) in header.iter().enumerate() {
-        if suggested[i].is_some() || used.iter().any(|m| m.get(name) == Some(&None)) {
+        let ignored = used.iter().any(|m| m.get(name) == Some(&None));
+        if suggested[i].is_some() || ignored || report::is_added(name) {
             continue;
         }
         let key = normalised(name);

@@ -57,11 +57,23 @@ pub struct Plan {
 pub struct RowError {
     /// The row as the person sees it in the sheet (the header is row 1).
     pub row_no: i64,
+    /// The first value at fault, and its column…
+    pub column: Option<String>,
+    pub value: Option<String>,
+    /// …and every problem of the row, in one line (`email: …; signed_up: …`).
+    pub message: String,
+    /// Each problem, when the row has more than one (so a bad email does not hide a bad date).
+    pub problems: Vec<Problem>,
+    /// The row's original fields, so the report can show the row as it was.
+    pub fields: Vec<String>,
+}
+
+/// One of several problems of a row.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Problem {
     pub column: Option<String>,
     pub value: Option<String>,
     pub message: String,
-    /// The row's original fields, so the report can show the row as it was.
-    pub fields: Vec<String>,
 }
 
 /// Why a file cannot be imported at all. These are the person's problem, not ours: the job

@@ -4,7 +4,7 @@ use serde::Serialize;
 use sqlx::{PgConnection, PgPool, types::Json};
 use uuid::Uuid;
 
-use crate::spreadsheet::RowError;
+use crate::spreadsheet::{Problem, RowError};
 
 pub async fn insert(
     conn: &mut PgConnection,
@@ -19,15 +19,21 @@ pub async fn insert(
     let values: Vec<Option<&str>> = errors.iter().map(|e| e.value.as_deref()).collect();
     let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
     let fields: Vec<Json<&[String]>> = errors.iter().map(|e| Json(e.fields.as_slice())).collect();
+    let problems: Vec<Option<Json<&[Problem]>>> = errors
+        .iter()
+        .map(|e| (!e.problems.is_empty()).then_some(Json(e.problems.as_slice())))
+        .collect();
     sqlx::query!(
-        "insert into job_errors (job_id, row_no, column_name, value, message, fields)
-         select $1, * from unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::jsonb[])",
+        "insert into job_errors (job_id, row_no, column_name, value, message, fields, problems)
+         select $1, * from unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::jsonb[],
+                                  $7::jsonb[])",
         job_id,
         &row_nos,
         &columns as &[Option<&str>],
         &values as &[Option<&str>],
         &messages as &[&str],
         &fields as _,
+        &problems as _,
     )
     .execute(conn)
     .await?;
@@ -42,6 +48,10 @@ pub struct ReportLine {
     pub column: Option<String>,
     pub value: Option<String>,
     pub message: String,
+    /// Each problem, when the row has more than one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Problem>>)]
+    pub problems: Option<Json<Vec<Problem>>>,
     #[serde(skip)]
     pub fields: Json<Vec<String>>,
 }
@@ -56,6 +66,7 @@ pub async fn page(
     sqlx::query_as!(
         ReportLine,
         r#"select row_no, column_name as column, value, message,
+               problems as "problems: Json<Vec<Problem>>",
                fields as "fields: Json<Vec<String>>"
            from job_errors
            where job_id = $1 and row_no > $2 order by row_no limit $3"#,

@@ -23,7 +23,7 @@ macro_rules! select_view {
            j.item_count, j.item_progress, j.rows_ok, j.rows_failed, j.rows_updated,
            j.chunks_total, j.chunks_done, j.version, j.error, j.created_at, j.started_at,
            j.finished_at, j.source_filename as filename, j.sheet,
-           j.mapping as "mapping: Json<Mapping>",
+           j.mapping as "mapping: Json<Mapping>", j.dry_run, j.fixes,
            d.name as "dataset?", j.format as "format: ExportFormat",
            j.result_upload_id is not null as "has_result!",
            extract(epoch from coalesce(j.finished_at, now()) - j.started_at)::float8
@@ -73,6 +73,8 @@ struct ViewRow {
     filename: Option<String>,
     sheet: Option<String>,
     mapping: Option<Json<Mapping>>,
+    dry_run: bool,
+    fixes: Option<Uuid>,
     dataset: Option<String>,
     format: Option<ExportFormat>,
     has_result: bool,
@@ -147,6 +149,8 @@ impl From<ViewRow> for JobView {
             filename: row.filename,
             sheet: row.sheet,
             mapping: row.mapping.map(|Json(mapping)| mapping),
+            dry_run: row.dry_run,
+            fixes: row.fixes,
             dataset: row.dataset,
             format: row.format,
             result_url: row
@@ -204,6 +208,10 @@ pub enum NewKind<'a> {
         sheet: Option<&'a str>,
         reading: &'a Reading,
         mapping: Option<&'a Mapping>,
+        /// Only check the rows: write none.
+        dry_run: bool,
+        /// The import whose fixed error report this is.
+        fixes: Option<Uuid>,
     },
     /// The file format to write.
     Export { format: ExportFormat },
@@ -218,12 +226,14 @@ pub async fn insert(
     kind: NewKind<'_>,
     options: &Options,
 ) -> sqlx::Result<Option<NewJob>> {
-    let (kind, upload_id, sheet, format, reading, mapping) = match kind {
+    let (kind, upload_id, sheet, format, reading, mapping, dry_run, fixes) = match kind {
         NewKind::Import {
             upload_id,
             sheet,
             reading,
             mapping,
+            dry_run,
+            fixes,
         } => (
             JobKind::Import,
             Some(upload_id),
@@ -231,17 +241,28 @@ pub async fn insert(
             None,
             (!reading.is_default()).then_some(Json(reading)),
             mapping.map(Json),
+            dry_run,
+            fixes,
         ),
-        NewKind::Export { format } => (JobKind::Export, None, None, Some(format), None, None),
+        NewKind::Export { format } => (
+            JobKind::Export,
+            None,
+            None,
+            Some(format),
+            None,
+            None,
+            false,
+            None,
+        ),
     };
     sqlx::query_as!(
         NewJob,
         "insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, format,
                            max_failures_per_item, max_row_errors, max_row_errors_percent,
                            dedupe_key, serialize_key, parent_id, callback_url, source_filename,
-                           reading, mapping)
+                           reading, mapping, dry_run, fixes)
          values ($1, $2, $3, $4, $5, $6, $7, coalesce($8, 5), $9, $10, $11, $12, $13, $14,
-                 (select filename from uploads where id = $4), $15, $16)
+                 (select filename from uploads where id = $4), $15, $16, $17, $18)
          on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
          returning id, ticket",
         Uuid::now_v7(),
@@ -260,6 +281,8 @@ pub async fn insert(
         options.callback_url,
         reading as _,
         mapping as _,
+        dry_run,
+        fixes,
     )
     .fetch_optional(conn)
     .await
@@ -390,6 +413,22 @@ pub async fn find_many(pool: &PgPool, ids: &[Uuid], sees: Sees) -> sqlx::Result<
     .map(|rows| rows.into_iter().map(JobView::from).collect())
 }
 
+/// Whether `id` is one of `owner`'s imports (one a new import may fix).
+pub async fn is_owners_import(
+    conn: &mut PgConnection,
+    id: Uuid,
+    owner: Uuid,
+) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"select exists (select from jobs where id = $1 and owner = $2 and kind = $3) as "found!""#,
+        id,
+        owner,
+        JobKind::Import as JobKind,
+    )
+    .fetch_one(conn)
+    .await
+}
+
 /// The mappings earlier imports into a dataset were given, newest first (the last 10).
 pub async fn used_mappings(pool: &PgPool, dataset_id: Uuid) -> sqlx::Result<Vec<Mapping>> {
     let rows = sqlx::query_scalar!(
@@ -417,6 +456,8 @@ pub struct ImportJob {
     pub row_format: Option<sqlx::types::Json<RowFormat>>,
     pub reading: Option<sqlx::types::Json<Reading>>,
     pub mapping: Option<sqlx::types::Json<Mapping>>,
+    /// Checks and counts rows, writes none (see [`NewKind::Import`]).
+    pub dry_run: bool,
 }
 
 impl ImportJob {
@@ -470,7 +511,8 @@ macro_rules! select_import_job {
             r#"select status as "status: JobStatus", seq, sealed, owner,
                       upload_id as "upload_id!", dataset_id as "dataset_id!", sheet,
                       row_format as "row_format: Json<RowFormat>",
-                      reading as "reading: Json<Reading>", mapping as "mapping: Json<Mapping>"
+                      reading as "reading: Json<Reading>", mapping as "mapping: Json<Mapping>",
+                      dry_run
                from jobs where id = $1 and kind = $2"#
                 + $rest,
             $id,

@@ -308,9 +308,11 @@ async fn the_error_report_downloads_as_xlsx() {
     let mut book = Xlsx::new(Cursor::new(bytes)).unwrap();
     let sheet = book.worksheet_range("errors").unwrap();
     assert_eq!(sheet.height(), 2);
-    assert_eq!(sheet.get((0, 2)), Some(&Data::String("_error".into())));
-    assert_eq!(sheet.get((1, 0)), Some(&Data::String("x".into())));
-    assert_eq!(sheet.get((1, 1)), Some(&Data::String("'=bad".into())));
+    assert_eq!(sheet.get((0, 1)), Some(&Data::String("_error".into())));
+    // The sheet row as a number, then the row as it was.
+    assert_eq!(sheet.get((1, 0)), Some(&Data::Float(3.0)));
+    assert_eq!(sheet.get((1, 2)), Some(&Data::String("x".into())));
+    assert_eq!(sheet.get((1, 3)), Some(&Data::String("'=bad".into())));
     server.stop().await;
 }
 

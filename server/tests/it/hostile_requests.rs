@@ -550,7 +550,10 @@ async fn out_of_range_and_flag_like_parameters_get_422_and_secrets_stay_hidden()
     );
     // A byte order mark first, so Excel reads the report as UTF-8.
     let bytes = report.bytes().await.unwrap();
-    assert!(bytes.starts_with(b"\xEF\xBB\xBFid,n,_error\n"), "{bytes:?}");
+    assert!(
+        bytes.starts_with(b"\xEF\xBB\xBF_row,_error,id,n\n"),
+        "{bytes:?}"
+    );
     server.stop().await;
 
     // `--help` names the settings, never their values.

@@ -323,3 +323,174 @@ async fn previews_and_mappings_refuse_what_cannot_be() {
     assert_eq!(accepted.status(), StatusCode::ACCEPTED);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_dry_run_writes_nothing_and_counts_what_the_import_then_does() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(7))).await;
+    create_contacts(&server).await;
+    let mut csv = String::from("Full name,E-mail,Signed up\n");
+    for i in 1..=40 {
+        let signed_up = if i % 10 == 0 { "soon" } else { "2024-01-02" };
+        let email = if i % 8 == 0 {
+            "nobody"
+        } else {
+            "x@example.com"
+        };
+        csv.push_str(&format!("P{i},{email},{signed_up}\n"));
+    }
+    let id = upload(&server, "c.csv", csv.into_bytes()).await;
+    let mapping = json!({ "Full name": "name", "E-mail": "email", "Signed up": "signed_up" });
+    let request = |job_type: &str| json!({ "jobType": job_type, "fileGuid": id, "dataset": "contacts", "mapping": mapping });
+
+    let created = create(&server, request("validate")).await;
+    assert_eq!(created.status(), StatusCode::ACCEPTED);
+    let dry: JobView = created.json().await.unwrap();
+    assert!(dry.dry_run);
+    let dry = server.finished(dry.id).await;
+    assert_eq!(dry.status, JobStatus::Completed, "{:?}", dry.error);
+    // Rows 10, 20, 30, 40 have a bad date; 8, 16, 24, 32 (and 40) a bad email.
+    assert_eq!((dry.rows_ok, dry.rows_failed), (32, 8));
+    assert_eq!(
+        dry.message(),
+        "Dry run complete: 32 rows ok, 8 with errors; nothing was written"
+    );
+    assert_eq!(dry.title(), "Dry run of c.csv");
+    let rows: Value = server.get_json("/api/datasets/contacts/rows").await;
+    assert_eq!(rows["rows"], json!([]), "a dry run writes no row");
+    let report = server
+        .get_text(&format!("/api/jobs/{}/errors.csv", dry.id))
+        .await;
+    assert_eq!(report.lines().count(), 9, "{report}");
+
+    let created = create(&server, request("import")).await;
+    let real: JobView = created.json().await.unwrap();
+    let real = server.finished(real.id).await;
+    assert!(!real.dry_run);
+    assert_eq!(
+        (real.rows_ok, real.rows_failed),
+        (dry.rows_ok, dry.rows_failed)
+    );
+    let rows: Value = server
+        .get_json("/api/datasets/contacts/rows?limit=1000")
+        .await;
+    assert_eq!(rows["rows"].as_array().unwrap().len(), 32);
+
+    // A dry run checks rows against a dataset's columns: it needs one, and creates none.
+    let mut nowhere = request("validate");
+    nowhere["dataset"] = json!("nowhere");
+    let refused = create(&server, nowhere).await;
+    assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let datasets: Value = server.get_json("/api/datasets").await;
+    assert_eq!(datasets["datasets"].as_array().unwrap().len(), 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_fixed_error_report_imports_its_rows_and_every_row_is_there_once() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(6))).await;
+    create_contacts(&server).await;
+    let mut csv = String::from("Full name,E-mail,Signed up\n");
+    for i in 1..=20 {
+        let line = match i {
+            5 | 12 => format!("P{i},p{i}@example.com,yesterday"),
+            // Two problems in one row: both are reported.
+            9 => format!("P{i},nobody,someday"),
+            // A field too many: the report keeps it.
+            15 => format!("P{i},p{i}@example.com,2024-01-02,=extra"),
+            _ => format!("P{i},p{i}@example.com,2024-01-02"),
+        };
+        csv.push_str(&line);
+        csv.push('\n');
+    }
+    let mapping = json!({ "Full name": "name", "E-mail": "email", "Signed up": "signed_up" });
+    let request = json!({ "dataset": "contacts", "mapping": mapping });
+    let first = server
+        .import_with("fair.csv", csv.into_bytes(), request)
+        .await;
+    let first = server.finished(first.id).await;
+    assert_eq!((first.rows_ok, first.rows_failed), (16, 4));
+
+    let errors: Value = server
+        .get_json(&format!("/api/jobs/{}/errors", first.id))
+        .await;
+    let row_9 = &errors["errors"][1];
+    assert_eq!(row_9["rowNo"], 10, "sheet rows count the header");
+    assert_eq!(row_9["column"], "email");
+    let problems: Vec<&str> = row_9["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["column"].as_str().unwrap())
+        .collect();
+    assert_eq!(problems, ["email", "signed_up"]);
+    assert!(row_9["message"].as_str().unwrap().contains("; signed_up:"));
+
+    // The report: the sheet row and errors, then each row exactly as it was.
+    let report = server
+        .get_text(&format!("/api/jobs/{}/errors.csv", first.id))
+        .await;
+    let report = report.trim_start_matches('\u{feff}');
+    let mut lines = report.lines();
+    assert_eq!(lines.next(), Some("_row,_error,Full name,E-mail,Signed up"));
+    let records: Vec<Vec<String>> = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(report.as_bytes())
+        .records()
+        .map(|r| r.unwrap().iter().map(str::to_owned).collect())
+        .collect();
+    assert_eq!(records.len(), 4);
+    assert_eq!(records[3][0], "16");
+    assert_eq!(
+        records[3][2..],
+        ["P15", "p15@example.com", "2024-01-02", "'=extra"]
+    );
+
+    // Fixed in a spreadsheet (the extra field dropped, the dates and the email put right)
+    // and imported again: just those rows go in, and the job links back.
+    let mut fixed = csv::Writer::from_writer(Vec::new());
+    fixed
+        .write_record(["_row", "_error", "Full name", "E-mail", "Signed up"])
+        .unwrap();
+    for record in &records {
+        let name = &record[2];
+        let email = format!("{}@example.com", name.to_lowercase());
+        fixed
+            .write_record([&record[0], &record[1], name, &email, "2024-02-03"])
+            .unwrap();
+    }
+    let fixed = fixed.into_inner().unwrap();
+    let request = json!({ "dataset": "contacts", "mapping": mapping, "fixes": first.id });
+    let second = server.import_with("fair-errors.csv", fixed, request).await;
+    assert_eq!(second.fixes, Some(first.id));
+    let second = server.finished(second.id).await;
+    assert_eq!(second.status, JobStatus::Completed, "{:?}", second.error);
+    assert_eq!((second.rows_ok, second.rows_failed), (4, 0));
+
+    let rows: Value = server
+        .get_json("/api/datasets/contacts/rows?limit=100")
+        .await;
+    let mut names: Vec<&str> = rows["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["name"].as_str().unwrap())
+        .collect();
+    names.sort_by_key(|name| name[1..].parse::<u32>().unwrap());
+    let expected: Vec<String> = (1..=20).map(|i| format!("P{i}")).collect();
+    assert_eq!(names, expected, "every row once");
+
+    // Only one of your own imports can be fixed.
+    let other = TestServer::new_client();
+    let stranger = server
+        .import_as(
+            &other,
+            "x.csv",
+            b"name\nx\n".to_vec(),
+            json!({ "dataset": "d", "fixes": first.id }),
+        )
+        .await;
+    assert_eq!(stranger.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    server.stop().await;
+}

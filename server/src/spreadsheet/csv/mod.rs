@@ -13,11 +13,12 @@ pub use records::MAX_ROW_BYTES;
 use records::{Record, Records};
 
 use super::{
-    ChunkSpan, FileError, MAX_CELL_BYTES, MAX_COLUMNS, Plan, RowError, delimiter,
+    ChunkSpan, FileError, MAX_CELL_BYTES, MAX_COLUMNS, Plan, Problem, RowError, delimiter,
     encoding::Encoding,
     head::{self, HEAD_ROWS, Head},
     reading::Reading,
     record::RecordWriter,
+    report,
     schema::{self, Column},
     sniff::{check_text, sniff},
 };
@@ -289,6 +290,10 @@ pub struct RowFormat {
     pub key: Option<usize>,
     #[serde(default = "first_row")]
     pub header_row: i64,
+    /// The file is one of our error reports, fixed: a value we wrote as `'=…` (so a
+    /// spreadsheet would not run it) is read as `=…` again.
+    #[serde(default)]
+    pub from_report: bool,
 }
 
 fn first_row() -> i64 {
@@ -317,6 +322,7 @@ pub fn rows_of(span: &ChunkSpan, bytes: &[u8], format: &RowFormat) -> ChunkRows 
             column: None,
             value: None,
             message: too_large(span.byte_end - span.byte_start),
+            problems: Vec::new(),
             fields: Vec::new(),
         });
         return rows;
@@ -353,15 +359,31 @@ fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRows {
                     out.rows.push(object);
                     out.keys.push(key);
                 }
-                Err((column, message)) => {
-                    let value = column
-                        .and_then(|i| record.get(i))
-                        .map(|field| preview(field, format.encoding));
+                Err(faults) => {
+                    let mut problems: Vec<Problem> = faults
+                        .into_iter()
+                        .map(|(column, message)| Problem {
+                            column: column.map(|i| format.columns[i].name.clone()),
+                            value: column
+                                .and_then(|i| record.get(i))
+                                .map(|field| preview(field, format.encoding)),
+                            message,
+                        })
+                        .collect();
+                    let first = problems[0].clone();
+                    let message = if problems.len() == 1 {
+                        problems.clear();
+                        first.message
+                    } else {
+                        let all: Vec<&str> = problems.iter().map(|p| p.message.as_str()).collect();
+                        all.join("; ")
+                    };
                     out.errors.push(RowError {
                         row_no: row_no + format.header_row,
-                        column: column.map(|i| format.columns[i].name.clone()),
-                        value,
+                        column: first.column,
+                        value: first.value,
                         message,
+                        problems,
                         fields: fields_of(&record, format.encoding),
                     });
                 }
@@ -379,6 +401,32 @@ fn fields_of(record: &Record, encoding: Encoding) -> Vec<String> {
         .iter()
         .map(|field| preview(field, encoding))
         .collect()
+}
+
+/// A field's typed value in canonical text, or what is wrong with it.
+fn cell<'a>(
+    field: &'a [u8],
+    column: &Column,
+    format: &RowFormat,
+) -> Result<Option<Cow<'a, str>>, String> {
+    if field.len() > MAX_CELL_BYTES {
+        return Err(format!("{}: the value is larger than 1 MiB", column.name));
+    }
+    let text = format
+        .encoding
+        .decode(field)
+        .ok_or_else(|| format!("{}: not {} text", column.name, format.encoding.label()))?;
+    if text.contains('\0') {
+        // PostgreSQL text cannot hold NUL.
+        return Err(format!("{}: contains a NUL character", column.name));
+    }
+    let from_report = format.from_report;
+    match text {
+        Cow::Borrowed(text) => schema::typed(column, report::restored(text, from_report)),
+        // Decoded into a new string: the value must outlive it.
+        Cow::Owned(text) => schema::typed(column, report::restored(&text, from_report))
+            .map(|value| value.map(|value| Cow::Owned(value.into_owned()))),
+    }
 }
 
 /// NUL, which PostgreSQL text cannot hold, shows as U+FFFD too.
@@ -400,18 +448,23 @@ fn preview(field: &[u8], encoding: Encoding) -> String {
 /// Why a row failed: the index of the column at fault, if one is, and a message.
 type FieldError = (Option<usize>, String);
 
-/// The record as a stored record of typed values in dataset column order, and its key value.
-fn to_cells(record: &Record, format: &RowFormat) -> Result<(String, Option<String>), FieldError> {
+/// The record as a stored record of typed values in dataset column order, and its key value;
+/// or every reason it cannot be (each bad value, not only the first).
+fn to_cells(
+    record: &Record,
+    format: &RowFormat,
+) -> Result<(String, Option<String>), Vec<FieldError>> {
     let columns = &format.columns;
     if record.is_too_large() {
-        return Err((None, too_large(record.end() - record.start())));
+        return Err(vec![(None, too_large(record.end() - record.start()))]);
     }
     if record.len() != columns.len() {
-        return Err((
+        return Err(vec![(
             None,
             format!("expected {} fields, found {}", columns.len(), record.len()),
-        ));
+        )]);
     }
+    let mut faults = Vec::new();
     let mut values: Vec<Option<Cow<'_, str>>> = vec![None; format.width];
     let mut key = None;
     for (i, (field, column)) in record.iter().zip(columns).enumerate() {
@@ -419,35 +472,21 @@ fn to_cells(record: &Record, format: &RowFormat) -> Result<(String, Option<Strin
             // A column the mapping ignores.
             continue;
         };
-        if field.len() > MAX_CELL_BYTES {
-            return Err((
-                Some(i),
-                format!("{}: the value is larger than 1 MiB", column.name),
-            ));
-        }
-        let text = format.encoding.decode(field).ok_or_else(|| {
-            let label = format.encoding.label();
-            (Some(i), format!("{}: not {label} text", column.name))
-        })?;
-        if text.contains('\0') {
-            // PostgreSQL text cannot hold NUL.
-            return Err((
-                Some(i),
-                format!("{}: contains a NUL character", column.name),
-            ));
-        }
-        let value = match text {
-            Cow::Borrowed(text) => schema::typed(column, text),
-            // Decoded into a new string: the value must outlive it.
-            Cow::Owned(text) => schema::typed(column, &text)
-                .map(|value| value.map(|value| Cow::Owned(value.into_owned()))),
-        }
-        .map_err(|message| (Some(i), message))?;
+        let value = match cell(field, column, format) {
+            Ok(value) => value,
+            Err(message) => {
+                faults.push((Some(i), message));
+                continue;
+            }
+        };
         if format.key == Some(i) {
             // Never empty: the key column is required (`schema::check_schema`).
             key = value.as_deref().map(str::to_owned);
         }
         values[slot] = value;
+    }
+    if !faults.is_empty() {
+        return Err(faults);
     }
     let mut record = RecordWriter::with_capacity(record.field_bytes().len() + 2 * format.width);
     for value in &values {
@@ -475,6 +514,7 @@ mod tests {
             width: names.len(),
             key: None,
             header_row: 1,
+            from_report: false,
         };
         parse_chunk(bytes, &format, first_row)
     }
@@ -597,6 +637,7 @@ mod tests {
             width: 2,
             key: None,
             header_row: 1,
+            from_report: false,
         };
         let span = plan.chunks[0];
         let parsed = rows_of(
@@ -679,6 +720,7 @@ mod tests {
             width: 3,
             key: Some(0),
             header_row: 1,
+            from_report: false,
         };
         let parsed = parse_chunk(b" 007,seven\n", &format, 1);
         assert_eq!(row(&parsed, 0), [some("seven"), None, some("7")]);
@@ -880,6 +922,7 @@ mod tests {
             width: 2,
             key: None,
             header_row: 1,
+            from_report: false,
         };
         let rows = rows_of(&spans[1], &[], &format);
         assert!(rows.rows.is_empty());
