@@ -74,7 +74,8 @@ pub struct ConvertArgs {
     /// The sheet to convert (default: the first shown sheet holding a table, passing over a cover sheet).
     #[arg(long)]
     pub sheet: Option<String>,
-    /// The sheet row (1-based) of the header: rows above it are skipped.
+    /// The sheet row (1-based) of the header: rows above it are skipped (with `--head`: the
+    /// first row sent).
     #[arg(long)]
     pub header_row: Option<i64>,
     /// Instead of the CSV, write the workbook's sheets and the sheet's first rows as JSON.

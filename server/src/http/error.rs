@@ -196,6 +196,14 @@ impl From<PreviewError> for ApiError {
         match err {
             PreviewError::Database(err) => err.into(),
             PreviewError::Converter(_) => Self::Internal(err.into()),
+            PreviewError::Busy => {
+                Self::Busy("Other workbooks are being read just now: try again in a moment.".into())
+            }
+            PreviewError::TooSlow => Self::Invalid(
+                "The workbook could not be read in time: it is damaged, or far larger inside than \
+                 a spreadsheet of its size should be."
+                    .into(),
+            ),
         }
     }
 }

@@ -102,8 +102,12 @@ pub enum Ask<'a> {
         sheet: Option<&'a str>,
         header_row: Option<i64>,
     },
-    /// The workbook's sheets and the first rows of the one named (or picked), as JSON.
-    Head { sheet: Option<&'a str> },
+    /// The workbook's sheets and the first rows (from sheet row `from_row` on) of the one
+    /// named (or picked), as JSON.
+    Head {
+        sheet: Option<&'a str>,
+        from_row: i64,
+    },
 }
 
 impl Conversion {
@@ -129,9 +133,9 @@ impl Conversion {
             .env("RUST_BACKTRACE", "0");
         let (sheet, header_row) = match ask {
             Ask::Sheet { sheet, header_row } => (sheet, header_row),
-            Ask::Head { sheet } => {
+            Ask::Head { sheet, from_row } => {
                 command.arg("--head");
-                (sheet, None)
+                (sheet, Some(from_row))
             }
         };
         if let Some(sheet) = sheet {
@@ -272,7 +276,7 @@ pub fn child(args: &ConvertArgs) -> i32 {
     let mut out = io::BufWriter::with_capacity(1 << 20, io::stdout().lock());
     let sheet = args.sheet.as_deref();
     let result = if args.head {
-        workbook::head(bytes, sheet).and_then(|head| {
+        workbook::head(bytes, sheet, args.header_row.unwrap_or(1)).and_then(|head| {
             serde_json::to_writer(&mut out, &head).map_err(io::Error::from)?;
             Ok(())
         })

@@ -18,7 +18,7 @@ use super::{
 use crate::{
     spreadsheet::{
         FileError, csv,
-        head::{Head, Sample},
+        head::{Head, SAMPLE_ROWS, Sample},
         mapping::{self, Mapping},
         reading::{Reading, delimiter_word},
         schema::Column,
@@ -33,6 +33,12 @@ use crate::{
 /// The bytes of a CSV file the preview reads.
 const CSV_HEAD_BYTES: u64 = 1 << 20;
 
+/// Workbooks this process reads for previews at once.
+static WORKBOOK_READS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+
+/// How long a workbook's head may take: a 256 MB workbook's head reads in a few seconds.
+const WORKBOOK_READ_TIME: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Why a preview could not be made (the file's own problems are part of the preview).
 #[derive(Debug, thiserror::Error)]
 pub enum PreviewError {
@@ -40,6 +46,12 @@ pub enum PreviewError {
     Database(#[from] sqlx::Error),
     #[error("reading the workbook's head: {0}")]
     Converter(String),
+    /// As many workbooks are being read for previews as may be.
+    #[error("other workbooks are being read; try again in a moment")]
+    Busy,
+    /// The workbook's head took longer than a workbook's should.
+    #[error("reading the workbook took too long")]
+    TooSlow,
 }
 
 impl From<TaskError> for PreviewError {
@@ -56,6 +68,16 @@ impl From<TaskError> for PreviewError {
 pub struct ReadAs<'a> {
     pub sheet: Option<&'a str>,
     pub reading: Reading,
+}
+
+impl ReadAs<'_> {
+    /// The first row a head is read from: a header asked for far down is shown with the rows
+    /// just above it.
+    fn first_row(&self) -> i64 {
+        self.reading
+            .header_row
+            .map_or(1, |row| (row - SAMPLE_ROWS as i64).max(1))
+    }
 }
 
 /// An upload's first rows as `ask` reads them: the workbook's sheets, the sheet read, its
@@ -79,7 +101,12 @@ async fn read(
     if workbook::Kind::of(&first).is_none() {
         let size = upload.size as u64;
         let bytes = uploads::read_range(pool, upload.id, 0, size.min(CSV_HEAD_BYTES)).await?;
-        let read = csv::head(&bytes, size <= CSV_HEAD_BYTES, &ask.reading);
+        let read = csv::head(
+            &bytes,
+            size <= CSV_HEAD_BYTES,
+            &ask.reading,
+            ask.first_row(),
+        );
         return Ok(match read {
             Ok(found) => Read {
                 sheets: Vec::new(),
@@ -95,17 +122,26 @@ async fn read(
     if let Some(problem) = convert::too_large(upload.size as u64) {
         return Ok(Read::refused(problem.to_string()));
     }
-    let (conversion, out) = Conversion::start(
-        converter,
-        pool,
-        upload.id,
-        convert::Ask::Head { sheet: ask.sheet },
-    )?;
-    let head = tokio::task::spawn_blocking(move || convert::read_head(out))
+    // Each workbook read is a child process that may take 3 GB and minutes on a hostile file:
+    // a few at a time per process, each for a bounded time (killed with its future).
+    let _turn = WORKBOOK_READS
+        .try_acquire()
+        .map_err(|_| PreviewError::Busy)?;
+    let head = convert::Ask::Head {
+        sheet: ask.sheet,
+        from_row: ask.first_row(),
+    };
+    let (conversion, out) = Conversion::start(converter, pool, upload.id, head)?;
+    let read = async {
+        let head = tokio::task::spawn_blocking(move || convert::read_head(out))
+            .await
+            .map_err(|err| PreviewError::Converter(err.to_string()))?
+            .map_err(|err| PreviewError::Converter(err.to_string()));
+        Ok::<_, PreviewError>((conversion.finish().await?, head))
+    };
+    let (ended, head) = tokio::time::timeout(WORKBOOK_READ_TIME, read)
         .await
-        .map_err(|err| PreviewError::Converter(err.to_string()))?
-        .map_err(|err| PreviewError::Converter(err.to_string()));
-    let ended = conversion.finish().await?;
+        .map_err(|_| PreviewError::TooSlow)??;
     Ok(match (ended, head) {
         (
             Ended::Converted,

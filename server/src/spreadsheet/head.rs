@@ -73,10 +73,15 @@ impl Head {
             .map_or(1, |(row, _)| *row)
     }
 
-    /// The head read with its header at `header_row` (found when `None`).
+    /// The head read with its header at the first row with a value at or below `header_row`
+    /// (as an import reads it), or at the row found when `None`.
     pub fn sample(&self, header_row: Option<i64>) -> Sample {
-        let header_row = header_row.unwrap_or_else(|| self.detect_header());
-        let header = self.rows.iter().find(|(row, _)| *row == header_row);
+        let wanted = header_row.unwrap_or_else(|| self.detect_header());
+        let header = self
+            .rows
+            .iter()
+            .find(|(row, cells)| *row >= wanted && cells.iter().any(|c| !c.is_empty()));
+        let header_row = header.map_or(wanted, |(row, _)| *row);
         let span = match header {
             Some((_, cells)) if self.spanned => {
                 let first = cells.iter().position(|c| !c.is_empty()).unwrap_or(0);
@@ -97,8 +102,10 @@ impl Head {
             cells.iter().map(|cell| shown(cell)).collect()
         };
         let columns = match header {
-            Some((_, cells)) if !cells.is_empty() => column_names(cells[span.clone()].to_vec()),
-            _ => Err(FileError::BadHeader(format!("row {header_row} is empty"))),
+            Some((_, cells)) => column_names(cells[span.clone()].to_vec()),
+            None => Err(FileError::BadHeader(format!(
+                "no row at or below row {header_row} has a value"
+            ))),
         };
         let above: Vec<_> = self
             .rows
@@ -237,9 +244,13 @@ mod tests {
             sample.types,
             [ColumnType::Text, ColumnType::Email, ColumnType::Date]
         );
-        // A header asked for is used as it is.
+        // A header asked for is used as it is; asked for at a blank row, the next row with a
+        // value is, as an import reads it.
         assert_eq!(file.sample(Some(1)).columns.unwrap(), ["Contacts export"]);
-        assert!(file.sample(Some(3)).columns.is_err());
+        let blank = file.sample(Some(3));
+        assert_eq!(blank.header_row, 4);
+        assert_eq!(blank.columns.unwrap(), ["Name", "E-mail", "Signed up"]);
+        assert!(file.sample(Some(9)).columns.is_err());
     }
 
     #[test]

@@ -36,6 +36,18 @@ pub fn normalised(name: &str) -> String {
 /// error report adds (`_row`, `_error`) are ignored unless mapped, so a fixed report imports
 /// as it is. Refuses a mapping that fills one dataset column from two file columns.
 pub fn targets(header: &[String], mapping: &Mapping) -> Result<Vec<Option<String>>, String> {
+    let strangers: Vec<&str> = mapping
+        .keys()
+        .filter(|name| !header.contains(name))
+        .map(String::as_str)
+        .collect();
+    if !strangers.is_empty() {
+        return Err(format!(
+            "The mapping names columns the file does not have: {}. The file's columns: {}.",
+            schema::listed(strangers.into_iter()),
+            schema::listed(header.iter().map(String::as_str)),
+        ));
+    }
     let targets: Vec<Option<String>> = header
         .iter()
         .map(|name| match mapping.get(name) {
@@ -70,7 +82,7 @@ pub fn adopted(header: &[String], mapping: &Mapping) -> Result<Vec<Column>, Stri
             "The mapping ignores every column of the file: there is nothing to import.".into(),
         );
     }
-    Ok(columns)
+    schema::check_schema(columns, None)
 }
 
 /// Each header cell's dataset column (an ignored cell: a text column of its own name) and its
@@ -98,11 +110,29 @@ pub fn lay_out(
         .collect())
 }
 
-/// Checks a mapping before a job is queued: at most [`MAX_ENTRIES`] entries, and when the
-/// dataset has columns, every target is one of them.
+/// Checks a mapping before a job is queued: at most [`MAX_ENTRIES`] entries of names a column
+/// may have, and when the dataset has columns, every target is one of them.
 pub fn check(mapping: &Mapping, columns: &[Column]) -> Result<(), String> {
     if mapping.len() > MAX_ENTRIES {
         return Err(format!("A mapping names at most {MAX_ENTRIES} columns."));
+    }
+    let names = mapping.keys().chain(mapping.values().flatten());
+    if names
+        .clone()
+        .any(|name| name.contains('\0') || name.chars().count() > 1000)
+    {
+        return Err("A mapping's column names are at most 1,000 characters, without NUL.".into());
+    }
+    if mapping
+        .values()
+        .flatten()
+        .any(|t| t.is_empty() || t.trim() != t)
+    {
+        return Err(
+            "A mapping fills columns with names: not empty, no spaces around them (or null to \
+             ignore a column)."
+                .into(),
+        );
     }
     if columns.is_empty() {
         return Ok(());
@@ -223,6 +253,12 @@ mod tests {
         );
         let twice = Mapping::from([("E-mail".to_string(), Some("id".to_string()))]);
         assert!(targets(&header, &twice).unwrap_err().contains("\"id\""));
+        // A column the file does not have is a mistake, not nothing.
+        let stranger = Mapping::from([("notes".to_string(), None)]);
+        assert!(targets(&header, &stranger).unwrap_err().contains("notes"));
+        // A new dataset's columns are checked as any dataset's.
+        let blank = Mapping::from([("Notes".to_string(), Some(" ".to_string()))]);
+        assert!(adopted(&header, &blank).is_err());
         assert!(check(&twice, &columns(&["email"])).is_err());
         assert!(check(&twice, &[]).is_ok());
     }

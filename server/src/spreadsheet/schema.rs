@@ -120,7 +120,7 @@ pub fn align(header: &[String], columns: &[Column]) -> Result<Vec<Column>, Strin
 }
 
 /// Names for a message: the first [`LISTED`], each cut to 40 characters, then how many more.
-fn listed<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+pub fn listed<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
     let more = names.len().saturating_sub(LISTED);
     let mut text = names
         .take(LISTED)

@@ -184,9 +184,14 @@ pub struct WorkbookHead {
     pub problem: Option<String>,
 }
 
-/// [`WorkbookHead`] of a workbook: what the preview shows (read in the converter).
-pub fn head(bytes: Vec<u8>, sheet: Option<&str>) -> Result<WorkbookHead, ScanError> {
-    let mut rows = HeadRows::default();
+/// [`WorkbookHead`] of a workbook, its rows from sheet row `from_row` on: what the preview
+/// shows (read in the converter). A sheet that cannot be read has no size; only the chosen
+/// one must be read.
+pub fn head(bytes: Vec<u8>, sheet: Option<&str>, from_row: i64) -> Result<WorkbookHead, ScanError> {
+    let mut rows = HeadRows {
+        from: first_row(Some(from_row)),
+        ..HeadRows::default()
+    };
     let (sheets, chosen) = match Book::open(bytes)? {
         Book::Ods(mut book) => range_head(&mut book, sheet, &mut rows)?,
         Book::Xls(mut book) => range_head(&mut book, sheet, &mut rows)?,
@@ -244,8 +249,10 @@ where
         .collect();
     let mut sheets = Vec::with_capacity(listed.len());
     for (name, hidden) in listed {
-        let range = book.worksheet_range(&name).map_err(unreadable)?;
-        let rows = range.end().map(|(row, _)| i64::from(row) + 1);
+        let range = book.worksheet_range(&name).ok();
+        let rows = range
+            .and_then(|range| range.end())
+            .map(|(row, _)| i64::from(row) + 1);
         sheets.push(SheetInfo { name, hidden, rows });
     }
     let chosen = choose_range_sheet(book, wanted);
@@ -278,12 +285,14 @@ struct HeadRows {
     last: Option<u32>,
     /// The text gathered.
     bytes: usize,
+    /// The first sheet row (0-based) gathered.
+    from: u32,
 }
 
 impl HeadRows {
     /// Takes a cell; breaks once [`HEAD_ROWS`] rows are complete, or [`HEAD_TEXT_BYTES`] taken.
     fn cell(&mut self, row: u32, col: u32, text: &str) -> ControlFlow<()> {
-        if text.is_empty() || col as usize > MAX_COLUMNS {
+        if text.is_empty() || col as usize > MAX_COLUMNS || row < self.from {
             return ControlFlow::Continue(());
         }
         if self.bytes > HEAD_TEXT_BYTES {

@@ -81,18 +81,17 @@ pub fn scan_each(
         Some(encoding) => (check_text(head).map(|()| Some(encoding))?, true),
         None => (sniff(head)?, false),
     };
-    let delimiter = reading.delimiter.unwrap_or_else(|| delimiter(head));
+    // Title rows above a header asked for may split differently from the table.
+    let past_titles = reading.header_row.is_some_and(|row| row > 1);
+    let delimiter = reading
+        .delimiter
+        .unwrap_or_else(|| delimiter(head, past_titles));
     let mut records = Records::new(input, delimiter).keeping();
     let mut record = Record::default();
-    // Rows above the header asked for are not read (records count as sheet rows).
-    let header_row = reading.header_row.unwrap_or(1);
-    for _ in 0..header_row {
-        if !records.read(&mut record)? {
-            return Err(FileError::Empty.into());
-        }
-    }
+    // The header is the first row with a value at or below the one asked for (rows count
+    // empty lines, as a spreadsheet shows them); rows above it are not kept.
+    let header_row = header_at(&mut records, &mut record, reading.header_row.unwrap_or(1))?;
     if header_row > 1 {
-        // The rows above the header are not kept: no chunk holds them.
         records.restart_at(record.end());
     }
     if !settled {
@@ -118,7 +117,7 @@ pub fn scan_each(
         each(Scanned::Chunk { span, bytes })
     };
     while records.read(&mut record)? {
-        record_no += 1;
+        record_no += record.rows();
         if record.is_too_large() {
             // It ends the chunk before it and is a chunk of its own, without bytes.
             if let Some(span) = current.take() {
@@ -184,6 +183,27 @@ pub fn scan_each(
     })
 }
 
+/// Reads up to the header: the first record with a value at or below sheet row `wanted`; its
+/// sheet row.
+fn header_at<R: BufRead>(
+    records: &mut Records<R>,
+    record: &mut Record,
+    wanted: i64,
+) -> Result<i64, ScanError> {
+    let mut row = 0;
+    loop {
+        if !records.read(record)? {
+            return Err(FileError::Empty.into());
+        }
+        row += record.rows();
+        // A blank record too wide or too large to be a row is the header that is refused.
+        let blank = record.is_blank() && record.len() <= MAX_COLUMNS && !record.is_too_large();
+        if row >= wanted && !blank {
+            return Ok(row);
+        }
+    }
+}
+
 /// Tells the file's encoding from one more record: UTF-8 is settled once seen; Windows-1252
 /// holds only until a record shows UTF-8 (a damaged UTF-8 file must not read as Windows-1252),
 /// and every record that is not ASCII is checked for bytes it leaves undefined.
@@ -227,9 +247,15 @@ pub struct CsvHead {
     pub head: Head,
 }
 
-/// The first [`HEAD_ROWS`] records of a CSV file from its first bytes (`whole`: all of it), read
-/// as `reading` says or as found; a record the bytes cut off is left out.
-pub fn head(bytes: &[u8], whole: bool, reading: &Reading) -> Result<CsvHead, FileError> {
+/// The first [`HEAD_ROWS`] rows of a CSV file from the row `from` on (a few above a header
+/// asked for far down), from its first bytes (`whole`: all of it), read as `reading` says or
+/// as found; a record the bytes cut off is left out, and the delimiter is told from the first
+/// 64 KiB, as an import tells it.
+pub fn head(bytes: &[u8], whole: bool, reading: &Reading, from: i64) -> Result<CsvHead, FileError> {
+    let bytes = match bytes.iter().rposition(|&b| b == b'\n') {
+        Some(end) if !whole => &bytes[..=end],
+        _ => bytes,
+    };
     let encoding = match reading.encoding {
         Some(encoding) => {
             check_text(bytes)?;
@@ -241,21 +267,24 @@ pub fn head(bytes: &[u8], whole: bool, reading: &Reading) -> Result<CsvHead, Fil
             None => Encoding::of(bytes)?,
         },
     };
-    let delimiter = reading.delimiter.unwrap_or_else(|| delimiter(bytes));
+    let sample = &bytes[..bytes.len().min(64 << 10)];
+    let delimiter = reading.delimiter.unwrap_or_else(|| delimiter(sample, true));
     let mut records = Records::new(bytes, delimiter);
     let mut record = Record::default();
     let mut rows = Vec::new();
+    let mut row = 0;
     // Reading a byte slice cannot fail.
     while rows.len() < HEAD_ROWS && records.read(&mut record).unwrap_or(false) {
-        if !whole && record.end() == bytes.len() as u64 {
-            break;
+        row += record.rows();
+        if row < from {
+            continue;
         }
         let cells = if record.is_blank() {
             Vec::new()
         } else {
             fields_of(&record, encoding)
         };
-        rows.push((rows.len() as i64 + 1, cells));
+        rows.push((row, cells));
     }
     if rows.is_empty() {
         return Err(FileError::Empty);
@@ -343,15 +372,18 @@ fn too_large(bytes: u64) -> String {
     )
 }
 
-/// Parses the bytes of a chunk whose first data record is `first_row` (records count from 1
-/// after the header; blank records are skipped but counted, so numbers match the sheet).
+/// Parses the bytes of a chunk whose first data record is `first_row` (rows count from 1
+/// after the header; blank records and empty lines are skipped but counted, so numbers match
+/// the sheet).
 fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRows {
     let mut records = Records::new(bytes, format.delimiter);
     let mut out = ChunkRows::default();
     let mut record = Record::default();
-    let mut row_no = first_row;
+    // The chunk starts at its first record: no empty line comes before it.
+    let mut row_no = first_row - 1;
     // Reading a byte slice cannot fail.
     while records.read(&mut record).unwrap_or(false) {
+        row_no += record.rows();
         if !record.is_blank() {
             match to_cells(&record, format) {
                 Ok((object, key)) => {
@@ -389,7 +421,6 @@ fn parse_chunk(bytes: &[u8], format: &RowFormat, first_row: i64) -> ChunkRows {
                 }
             }
         }
-        row_no += 1;
     }
     out
 }
@@ -895,14 +926,15 @@ mod tests {
                     byte_start: 4,
                     byte_end: 8
                 },
+                // The empty line before it is a sheet row too.
                 ChunkSpan {
-                    first_row: 2,
+                    first_row: 3,
                     row_count: 1,
                     byte_start: huge_start,
                     byte_end: huge_end
                 },
                 ChunkSpan {
-                    first_row: 3,
+                    first_row: 4,
                     row_count: 1,
                     byte_start: huge_end,
                     byte_end: text.len() as u64
@@ -926,7 +958,7 @@ mod tests {
         };
         let rows = rows_of(&spans[1], &[], &format);
         assert!(rows.rows.is_empty());
-        assert_eq!(rows.errors[0].row_no, 3);
+        assert_eq!(rows.errors[0].row_no, 4);
         assert_eq!(
             rows.errors[0].message,
             format!(
@@ -935,9 +967,62 @@ mod tests {
             )
         );
         // Read from its bytes after all (the file is not the one planned), it is the same error.
-        let parsed = parse_chunk(&text.as_bytes()[huge_start as usize..], &format, 2);
+        let parsed = parse_chunk(&text.as_bytes()[huge_start as usize..], &format, 3);
         assert_eq!(parsed.errors[0].message, rows.errors[0].message);
-        assert_eq!(parsed.row_nos, [3]);
+        assert_eq!(parsed.row_nos, [4]);
+    }
+
+    #[test]
+    fn empty_lines_count_as_sheet_rows_and_a_header_row_skips_titles() {
+        // Row 1 a title, row 2 empty (a bare CRLF), the header on row 3; an empty line (a lone
+        // LF) makes "Rui" sheet row 6.
+        let text = b"Report\r\n\r\nname,n\r\nAna,1\r\n\nRui,x\r\n";
+        let reading = Reading {
+            header_row: Some(3),
+            ..Reading::default()
+        };
+        let plan = scan(&text[..], &reading, 10).unwrap();
+        assert_eq!(
+            (plan.header_row, plan.columns.clone()),
+            (3, vec!["name".into(), "n".into()])
+        );
+        assert_eq!(plan.row_count, 2);
+        let format = RowFormat {
+            delimiter: b',',
+            encoding: Encoding::Utf8,
+            header: plan.columns.clone(),
+            columns: vec![
+                Column::text("name"),
+                Column {
+                    kind: schema::ColumnType::Integer,
+                    ..Column::text("n")
+                },
+            ],
+            slots: vec![Some(0), Some(1)],
+            width: 2,
+            key: None,
+            header_row: plan.header_row,
+            from_report: false,
+        };
+        let span = plan.chunks[0];
+        let parsed = rows_of(
+            &span,
+            &text[span.byte_start as usize..span.byte_end as usize],
+            &format,
+        );
+        assert_eq!(parsed.row_nos, [1]);
+        assert_eq!(parsed.errors[0].row_no, 6, "the sheet row of Rui");
+        // Asked for at the empty row 2, the header is the next row with a value.
+        let at_blank = Reading {
+            header_row: Some(2),
+            ..Reading::default()
+        };
+        assert_eq!(scan(&text[..], &at_blank, 10).unwrap().header_row, 3);
+        // The preview numbers rows the same way.
+        let head = head(&text[..], true, &Reading::default(), 1).unwrap().head;
+        let numbers: Vec<i64> = head.rows.iter().map(|(row, _)| *row).collect();
+        assert_eq!(numbers, [1, 3, 4, 6]);
+        assert_eq!(head.detect_header(), 3);
     }
 
     #[test]

@@ -40,9 +40,17 @@ pub struct Record {
     start: u64,
     end: u64,
     too_large: bool,
+    /// Empty lines between the previous record and this one.
+    lines_before: u64,
 }
 
 impl Record {
+    /// The sheet rows this record moves on by: itself and the empty lines before it (which a
+    /// spreadsheet shows as rows, so row numbers count them).
+    pub fn rows(&self) -> i64 {
+        1 + self.lines_before as i64
+    }
+
     /// How many fields the record had, including any beyond [`MAX_FIELDS_KEPT`].
     pub fn len(&self) -> usize {
         self.fields
@@ -92,7 +100,8 @@ impl Record {
         self.end
     }
 
-    fn clear(&mut self, start: u64) {
+    fn clear(&mut self, start: u64, lines_before: u64) {
+        self.lines_before = lines_before;
         self.used = 0;
         self.kept = 0;
         self.fields = 0;
@@ -115,6 +124,8 @@ pub struct Records<R> {
     scratch: Box<[u8]>,
     scratch_ends: Box<[usize]>,
     kept: Option<Kept>,
+    /// The last byte read was a carriage return: a line feed next ends the same line.
+    after_cr: bool,
 }
 
 /// The raw input bytes read since the start of the chunk being gathered.
@@ -136,6 +147,7 @@ impl<R: BufRead> Records<R> {
             scratch: vec![0; 64 << 10].into_boxed_slice(),
             scratch_ends: vec![0; 1024].into_boxed_slice(),
             kept: None,
+            after_cr: false,
         }
     }
 
@@ -148,8 +160,8 @@ impl<R: BufRead> Records<R> {
     /// Reads the next record into `record`; `false` at the end of the input.
     pub fn read(&mut self, record: &mut Record) -> io::Result<bool> {
         use csv_core::ReadRecordResult as Read;
-        self.skip_empty_lines()?;
-        record.clear(self.offset);
+        let lines_before = self.skip_empty_lines()?;
+        record.clear(self.offset, lines_before);
         if let Some(kept) = &mut self.kept {
             kept.on = true;
         }
@@ -181,6 +193,9 @@ impl<R: BufRead> Records<R> {
                 && kept.on
             {
                 kept.bytes.extend_from_slice(&input[..read]);
+            }
+            if read > 0 {
+                self.after_cr = input[read - 1] == b'\r';
             }
             self.input.consume(read);
             self.offset += read as u64;
@@ -217,8 +232,11 @@ impl<R: BufRead> Records<R> {
     }
 
     /// Empty lines before a record are not part of it (`csv_core` would skip them inside the
-    /// record's read), so that a record's size and start are its own.
-    fn skip_empty_lines(&mut self) -> io::Result<()> {
+    /// record's read), so that a record's size and start are its own; how many there were
+    /// (`\n`, `\r\n` and a lone `\r` end one line each; the previous record's line end is
+    /// not one).
+    fn skip_empty_lines(&mut self) -> io::Result<u64> {
+        let mut lines = 0;
         loop {
             let input = self.input.fill_buf()?;
             let empty = input
@@ -226,7 +244,13 @@ impl<R: BufRead> Records<R> {
                 .take_while(|&&b| b == b'\n' || b == b'\r')
                 .count();
             if empty == 0 {
-                return Ok(());
+                return Ok(lines);
+            }
+            for &b in &input[..empty] {
+                if !(b == b'\n' && self.after_cr) {
+                    lines += 1;
+                }
+                self.after_cr = b == b'\r';
             }
             if let Some(kept) = &mut self.kept {
                 kept.bytes.extend_from_slice(&input[..empty]);
