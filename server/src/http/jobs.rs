@@ -38,7 +38,7 @@ static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 use app::{
     history::JobHistory,
     job_list::{JobPage, ListQuery},
-    model::{ExportFormat, JobView},
+    model::{ExportFormat, JobStatus, JobView},
 };
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -322,6 +322,70 @@ pub async fn create(
         let replayed = [(LOCATION, location), (REPLAYED.clone(), "true".to_owned())];
         return Ok((StatusCode::OK, replayed, Json(created.job)).into_response());
     }
+    Ok((
+        StatusCode::ACCEPTED,
+        [(LOCATION, location)],
+        Json(created.job),
+    )
+        .into_response())
+}
+
+/// Imports what a dry run checked: a new import of the same upload into the same dataset, read
+/// and mapped the same way.
+///
+/// `POST /api/jobs/{id}/import` → the new import (`202`, as `POST /api/jobs`).
+#[utoipa::path(
+    post,
+    path = "/api/jobs/{id}/import",
+    operation_id = "importDryRun",
+    tag = "jobs",
+    params(("id" = Uuid, Path, description = "The dry run's id.")),
+    responses(
+        (status = 202, description = "The import, queued.", body = JobView),
+        (status = 403, description = "Viewers change nothing.", body = ErrorBody),
+        (status = 404, description = "No such job (or not the caller's own).", body = ErrorBody),
+        (status = 409, description = "Not a dry run that completed.", body = ErrorBody),
+        (status = 422, description = "The upload is gone, or the dataset changed so that the mapping no longer fits.", body = ErrorBody),
+        (status = 429, description = "The caller has as many jobs waiting or running as they may.", body = ErrorBody),
+    )
+)]
+pub async fn import_dry_run(
+    State(state): State<AppState>,
+    caller: Caller,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let id = job_id(id)?;
+    caller.acts()?;
+    // Only its owner imports a dry run: the import is theirs, into their dataset.
+    let owner = caller.me().ok_or_else(|| no_such_job(id))?.id;
+    let job = jobs::find(&state.pool, id, Sees::OwnedBy(owner))
+        .await?
+        .ok_or_else(|| no_such_job(id))?;
+    if !(job.dry_run && job.status == JobStatus::Completed) {
+        return Err(ApiError::Conflict(
+            "Only a dry run that completed can be imported.".into(),
+        ));
+    }
+    let checked = jobs::import_job(&mut *state.pool.acquire().await?, id)
+        .await?
+        .ok_or_else(|| no_such_job(id))?;
+    let dataset = job.dataset.as_deref().ok_or_else(|| no_such_job(id))?;
+    let mapping = job.mapping.as_ref();
+    let import = create::Import {
+        upload_id: checked.upload_id,
+        dataset,
+        sheet: job.sheet.as_deref(),
+        reading: checked.reading(),
+        mapping,
+        dry_run: false,
+        fixes: job.fixes,
+    };
+    let options = Options {
+        active_jobs_limit: Some(state.limits.active_jobs),
+        ..Options::default()
+    };
+    let created = create::import(&state.pool, &state.converter, owner, import, &options).await?;
+    let location = format!("/api/jobs/{}", created.job.id);
     Ok((
         StatusCode::ACCEPTED,
         [(LOCATION, location)],

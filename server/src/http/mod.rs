@@ -189,6 +189,12 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
         Endpoint::new(post.clone(), "/api/jobs/{id}/cancel", Anyone, jobs::cancel),
         Endpoint::new(post.clone(), "/api/jobs/{id}/retry", Anyone, jobs::retry),
         Endpoint::new(post.clone(), "/api/jobs/{id}/seal", Anyone, jobs::seal),
+        Endpoint::new(
+            post.clone(),
+            "/api/jobs/{id}/import",
+            Anyone,
+            jobs::import_dry_run,
+        ),
         Endpoint::new(get.clone(), "/api/jobs/{id}/errors", Anyone, reports::json),
         Endpoint::new(
             get.clone(),

@@ -49,6 +49,7 @@ use super::{
         jobs::cancel,
         jobs::retry,
         jobs::seal,
+        jobs::import_dry_run,
         reports::json,
         reports::csv,
         reports::xlsx,

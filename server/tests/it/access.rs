@@ -270,6 +270,14 @@ impl World {
                 response(c.get(self.url(path))).await,
                 expect([403, 403, 403, 200, 403, 401]),
             ),
+            ("POST", "/api/jobs/{id}/import") => {
+                // A's import is not a dry run (409 to A); nobody else may import A's.
+                let url = self.url(&format!("/api/jobs/{import}/import"));
+                (
+                    response(c.post(url)).await,
+                    expect([409, 404, 403, 404, 404, 404]),
+                )
+            }
             ("POST", "/api/jobs/{id}/seal") => {
                 let id = self.open_batch().await;
                 let url = self.url(&format!("/api/jobs/{id}/seal"));

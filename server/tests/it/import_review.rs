@@ -363,8 +363,12 @@ async fn a_dry_run_writes_nothing_and_counts_what_the_import_then_does() {
         .await;
     assert_eq!(report.lines().count(), 9, "{report}");
 
-    let created = create(&server, request("import")).await;
+    // "Import these rows": the same upload, read and mapped the same way.
+    let path = format!("/api/jobs/{}/import", dry.id);
+    let created = server.client.post(server.url(&path)).send().await.unwrap();
+    assert_eq!(created.status(), StatusCode::ACCEPTED);
     let real: JobView = created.json().await.unwrap();
+    assert_eq!(real.mapping, dry.mapping);
     let real = server.finished(real.id).await;
     assert!(!real.dry_run);
     assert_eq!(
