@@ -98,6 +98,7 @@ pub fn App() -> impl IntoView {
                 <Routes fallback=|| view! { <pages::NotFound /> }>
                     <Route path=StaticSegment("") view=pages::upload::UploadPage />
                     // Async rendering: the whole page, with its status code, once the job is read.
+                    <Route path=path!("/uploads/:id") view=pages::review::ReviewPage />
                     <Route path=path!("/jobs") view=pages::jobs::JobsPage ssr=SsrMode::Async />
                     <Route path=path!("/jobs/:id") view=pages::job::JobPage ssr=SsrMode::Async />
                     <Route

@@ -424,6 +424,16 @@ impl JobView {
         }
     }
 
+    /// The browser tab's title: "Import of x.csv — 42%" while running, else its state.
+    pub fn page_title(&self) -> String {
+        let state = match self.status {
+            JobStatus::Running => format!("{}%", self.percent()),
+            JobStatus::Completed if self.rows_failed > 0 => "completed with errors".to_owned(),
+            status => status.as_str().to_owned(),
+        };
+        format!("{} — {state} — Conveyor", self.title())
+    }
+
     /// Rows processed per second so far; `None` before any row is done.
     pub fn rows_per_second(&self) -> Option<f64> {
         let elapsed = self.elapsed_seconds.filter(|s| *s > 0.0)?;

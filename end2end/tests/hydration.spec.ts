@@ -19,7 +19,7 @@ function collectErrors(page: Page): string[] {
 
 // Each page, with a piece of markup that only server-side rendering can have put there.
 const PAGES = {
-  '/': 'data-testid="import-button"',
+  '/': 'data-testid="upload-button"',
   '/jobs': '</html>',
   '/datasets': '</html>',
   '/login': 'data-testid="sign-in-button"',
@@ -44,7 +44,7 @@ test('the upload form is interactive once hydrated', async ({ page }) => {
   const errors = collectErrors(page);
   const upload = new UploadPage(page);
   await upload.goto();
-  await expect(upload.importButton).toBeDisabled();
+  await expect(upload.uploadButton).toBeDisabled();
 
   await upload.fileInput.setInputFiles({
     name: 'tiny.csv',
@@ -52,6 +52,6 @@ test('the upload form is interactive once hydrated', async ({ page }) => {
     buffer: Buffer.from('id,name,email,amount\n1,Ada,ada@example.com,1.00\n'),
   });
 
-  await expect(upload.importButton).toBeEnabled();
+  await expect(upload.uploadButton).toBeEnabled();
   expect(errors).toEqual([]);
 });

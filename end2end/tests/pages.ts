@@ -59,20 +59,16 @@ export async function importAs(
   return (await created.json()).id;
 }
 
-/** `/`: choose or drop a file, name the dataset, import. */
+/** `/`: choose or drop a file, upload it, then review and import it. */
 export class UploadPage {
   readonly fileInput: Locator;
-  readonly datasetInput: Locator;
-  readonly sheetInput: Locator;
   readonly dropZone: Locator;
-  readonly importButton: Locator;
+  readonly uploadButton: Locator;
 
   constructor(readonly page: Page) {
     this.fileInput = page.getByTestId('file-input');
-    this.datasetInput = page.getByTestId('dataset-input');
-    this.sheetInput = page.getByTestId('sheet-input');
     this.dropZone = page.getByTestId('drop-zone');
-    this.importButton = page.getByTestId('import-button');
+    this.uploadButton = page.getByTestId('upload-button');
   }
 
   async goto(): Promise<void> {
@@ -96,12 +92,80 @@ export class UploadPage {
     await dataTransfer.dispose();
   }
 
-  /** Sets the file and dataset name, clicks Import and returns the new job's id. */
-  async importFile(file: string, dataset: string): Promise<string> {
+  /** Sets the file and uploads it; the review page, once it shows the file. */
+  async upload(file: string): Promise<ReviewPage> {
     await this.fileInput.setInputFiles(file);
-    await this.datasetInput.fill(dataset);
-    await expect(this.importButton).toBeEnabled();
-    await this.importButton.click();
+    await expect(this.uploadButton).toBeEnabled();
+    await this.uploadButton.click();
+    await this.page.waitForURL(/\/uploads\/[0-9a-f-]{36}/);
+    const review = new ReviewPage(this.page);
+    await expect(review.sample).toBeVisible({ timeout: 30_000 });
+    return review;
+  }
+
+  /** Uploads the file and imports it into `dataset` (a new one: every column text, as the
+   * file has it; or the person's own of that name), as the review suggests; the job's id. */
+  async importFile(file: string, dataset: string, sheet?: string): Promise<string> {
+    const review = await this.upload(file);
+    if (sheet) await review.chooseSheet(sheet);
+    await review.chooseDataset(dataset, { types: 'text' });
+    return review.start('import');
+  }
+}
+
+/** `/uploads/{id}`: what the file holds, the dataset, where each column goes. */
+export class ReviewPage {
+  readonly sample: Locator;
+  readonly sheetSelect: Locator;
+  readonly headerRowInput: Locator;
+  readonly datasetSelect: Locator;
+  readonly newDatasetInput: Locator;
+  readonly mappingRows: Locator;
+  readonly missingRequired: Locator;
+  readonly importButton: Locator;
+  readonly dryRunButton: Locator;
+
+  constructor(readonly page: Page) {
+    this.sample = page.getByTestId('sample-table');
+    this.sheetSelect = page.getByTestId('sheet-select');
+    this.headerRowInput = page.getByTestId('header-row-input');
+    this.datasetSelect = page.getByTestId('dataset-select');
+    this.newDatasetInput = page.getByTestId('new-dataset-input');
+    this.mappingRows = page.getByTestId('mapping-row');
+    this.missingRequired = page.getByTestId('missing-required');
+    this.importButton = page.getByTestId('import-button');
+    this.dryRunButton = page.getByTestId('dry-run-button');
+  }
+
+  async chooseSheet(name: string): Promise<void> {
+    await this.sheetSelect.selectOption(name);
+    await expect(this.sheetSelect).toHaveValue(name);
+  }
+
+  /** Picks the person's dataset `name`, or names a new one (with `types: 'text'`, every
+   * column text instead of the types suggested from the values). */
+  async chooseDataset(name: string, { types = 'suggested' }: { types?: 'suggested' | 'text' } = {}): Promise<void> {
+    const known = await this.page.request.get(`/api/datasets/${encodeURIComponent(name)}`);
+    if (known.ok()) {
+      await expect(this.datasetSelect.locator(`option[value="${name}"]`)).toHaveCount(1);
+      await this.datasetSelect.selectOption(name);
+      return;
+    }
+    await this.datasetSelect.selectOption({ label: 'New dataset...' });
+    await this.newDatasetInput.fill(name);
+    await expect(this.mappingRows.first()).toBeVisible();
+    if (types === 'text') {
+      for (const select of await this.page.locator('select[data-testid^="type-"]').all()) {
+        await select.selectOption('text');
+      }
+    }
+  }
+
+  /** Starts the import or the dry run; the job's id, once its page shows. */
+  async start(run: 'import' | 'dry run'): Promise<string> {
+    const button = run === 'import' ? this.importButton : this.dryRunButton;
+    await expect(button).toBeEnabled();
+    await button.click();
     await this.page.waitForURL(JOB_PATH);
     return new URL(this.page.url()).pathname.match(JOB_PATH)![1];
   }

@@ -2,6 +2,7 @@
 //! follows the job's SSE stream until the job ends, then closes it.
 
 use leptos::prelude::*;
+use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 use uuid::Uuid;
 
@@ -13,6 +14,7 @@ use crate::{
         NotFound,
         controls::{Fix, JobControls},
         job_history::History,
+        job_review::{ImportReview, NextStep},
     },
     session::use_session,
 };
@@ -137,16 +139,10 @@ fn LiveJob(job: JobView) -> impl IntoView {
     let status = move || state.read().status;
     let is_export = move || state.read().job_type == JobKind::Export;
     let is_batch = state.read_untracked().job_type == JobKind::Batch;
-    view! {
-        {move || {
-            following.track();
-            view! { <Follow id state /> }
-        }}
-        <section
-            class="card job"
-            data-status=move || status().as_str()
-            data-errors=move || (state.read().rows_failed > 0).then_some("true")
-        >
+    // In parts, each type-erased: one view this deep is more than the compiler will lay out.
+    let heading = view! {
+            // The title outlives the page by a moment when it is left: read what is still there.
+            <Title text=move || state.try_with(JobView::page_title).unwrap_or_default() />
             <h1>{move || state.read().title()}</h1>
             <Show when=move || session.sees_everything()>
                 <p class="muted" data-testid="job-owner">
@@ -164,11 +160,16 @@ fn LiveJob(job: JobView) -> impl IntoView {
                     <strong>{move || state.read().dataset.clone().unwrap_or_default()}</strong>
                 </p>
             </Show>
-            <p class="message" data-testid="job-message">
+            <ImportReview job=state />
+    }
+    .into_any();
+    let progress = view! {
+            <p class="message" data-testid="job-message" role="status" aria-live="polite">
                 {move || state.read().message()}
             </p>
             <progress
                 data-testid="job-progress"
+                aria-label="Progress"
                 max="100"
                 value=move || state.read().percent()
             ></progress>
@@ -187,7 +188,7 @@ fn LiveJob(job: JobView) -> impl IntoView {
             <Show when=move || { state.read().rows_failed > 0 }>
                 <p class="warning">
                     {move || count_of(state.read().rows_failed, "row")}
-                    " had errors and were not imported. Error report: "
+                    {move || if state.read().dry_run { " had errors. Error report: " } else { " had errors and were not imported. Error report: " }}
                     <a href=format!("/api/jobs/{id}/errors.csv") data-testid="error-report" download>
                         "CSV"
                     </a>
@@ -197,6 +198,9 @@ fn LiveJob(job: JobView) -> impl IntoView {
                     </a>
                 </p>
             </Show>
+    }
+    .into_any();
+    let outcome = view! {
             {move || {
                 state
                     .read()
@@ -213,6 +217,7 @@ fn LiveJob(job: JobView) -> impl IntoView {
                     })
             }}
             <FailedParts state />
+            <NextStep job=state />
             <Fix job=state />
             <Callback state />
             <p class="actions">
@@ -233,6 +238,21 @@ fn LiveJob(job: JobView) -> impl IntoView {
                     }>"See the dataset"</a>
                 </p>
             </Show>
+    }
+    .into_any();
+    view! {
+        {move || {
+            following.track();
+            view! { <Follow id state /> }
+        }}
+        <section
+            class="card job"
+            data-status=move || status().as_str()
+            data-errors=move || (state.read().rows_failed > 0).then_some("true")
+        >
+            {heading}
+            {progress}
+            {outcome}
             <p class="muted">"Job " {id.to_string()}</p>
         </section>
         <History id state />
