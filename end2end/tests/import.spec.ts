@@ -160,6 +160,34 @@ test('drag and drop selects the file', async ({ page }) => {
   await expect(upload.dropZone).toContainText('dropped.csv');
 });
 
+test('an upload shows how much is sent, locks the form, and can be cancelled', async ({ page }) => {
+  // The server never answers this upload: it is still on its way when Cancel is pressed.
+  let held = 0;
+  await page.route('**/api/uploads', () => {
+    held += 1;
+  });
+  const upload = new UploadPage(page);
+  await upload.goto();
+  await upload.fileInput.setInputFiles({
+    name: 'slow.csv',
+    mimeType: 'text/csv',
+    buffer: Buffer.from('id,name\n1,Ada\n'),
+  });
+  await upload.uploadButton.click();
+  await expect(page.getByTestId('upload-progress')).toBeVisible();
+  await expect(page.getByTestId('upload-percent')).toHaveText(/^\d{1,3}% sent$/);
+  await expect(upload.fileInput).toBeDisabled();
+  await expect(upload.uploadButton).toBeDisabled();
+  expect(held).toBe(1);
+
+  await page.getByTestId('cancel-upload').click();
+  await expect(page.getByRole('alert')).toHaveText(/cancelled/);
+  await expect(page.getByTestId('upload-progress')).toHaveCount(0);
+  await expect(upload.fileInput).toBeEnabled();
+  await expect(upload.uploadButton).toBeEnabled();
+  await expect(page).toHaveURL(/\/$/);
+});
+
 function isEventStream(response: Response): boolean {
   return (response.headers()['content-type'] ?? '').startsWith('text/event-stream');
 }

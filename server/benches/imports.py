@@ -11,7 +11,9 @@ Prints, for generated files on this machine:
   - rows/s of exporting the dataset back to CSV;
   - the same for a smaller XLSX file (made by our own XLSX export) and its export;
   - the time from `kill -9` of a worker mid-chunk to that chunk running again elsewhere;
-  - the server's peak RSS importing a 300 MB file that is one quoted field.
+  - the server's peak RSS importing a 300 MB file that is one quoted field;
+  - how long the preview of an upload (`GET /api/uploads/{id}/preview`) takes for a ~1 GB CSV
+    and for the XLSX file: it reads only the start of the file, so it should not grow with it.
 `--rows 10000000` makes a ~1 GB CSV, to see that memory stays flat.
 Standard library only; the server is the release binary, the database the bench cluster.
 """
@@ -331,13 +333,18 @@ def csv_part(args, run):
           f"({csv_export['s']:.1f} s, {csv_export['mb']:.0f} MB, peak RSS {csv_export['rss_mb']:,.0f} MB)")
 
 
-def xlsx_part(args, run):
-    # The XLSX file is our own export of a smaller dataset, so no spreadsheet tool is needed.
+def xlsx_file(args, run):
+    """The bench's XLSX file: our own export of a smaller dataset, so no spreadsheet tool is
+    needed; made again each time (the export is measured), with the export's figures."""
     small = os.path.abspath(os.path.join(args.dir, f"bench-{args.xlsx_rows}.csv"))
     generate(small, args.xlsx_rows)
     imported(args, small, args.xlsx_rows, f"bench_{run}_x")
     xlsx = os.path.join(args.dir, f"bench-{args.xlsx_rows}.xlsx")
-    xlsx_export = exported(args, f"bench_{run}_x", args.xlsx_rows, "xlsx", xlsx)
+    return small, xlsx, exported(args, f"bench_{run}_x", args.xlsx_rows, "xlsx", xlsx)
+
+
+def xlsx_part(args, run):
+    small, xlsx, xlsx_export = xlsx_file(args, run)
     (copy_rps, _), xlsx_import = median_import(
         args, xlsx, args.xlsx_rows, f"bench_{run}_xi",
         lambda: raw_copy(args.db_url, small, args.xlsx_rows), args.xlsx_repeat)
@@ -384,7 +391,36 @@ def hostile_part(args, run):
           f"server peak RSS {rss:,.0f} MB (goal: < 256 MB)")
 
 
-PARTS = {"csv": csv_part, "xlsx": xlsx_part, "kill": kill_part, "hostile": hostile_part}
+def preview_part(args, run):
+    """The review step's preview of a ~1 GB CSV (10,000,000 rows) and of the XLSX file: the time
+    from request to answer, a few times each (goal: a second or two)."""
+    big_rows = 10_000_000
+    big = os.path.abspath(os.path.join(args.dir, f"bench-{big_rows}.csv"))
+    generate(big, big_rows)
+    xlsx = os.path.join(args.dir, f"bench-{args.xlsx_rows}.xlsx")
+    if not os.path.exists(xlsx):
+        xlsx_file(args, run)
+    with Server(args, workers=False) as server:
+        print("Preview (GET /api/uploads/{id}/preview: sheets, header, 20 rows, mapping)")
+        for label, path in [("CSV", big), ("XLSX", xlsx)]:
+            upload_id = server.upload(path)
+            times = []
+            for _ in range(5):
+                start = time.monotonic()
+                status, body = request("127.0.0.1", server.port, "GET",
+                                       f"/api/uploads/{upload_id}/preview?dataset=bench_{run}_p")
+                times.append(time.monotonic() - start)
+                preview = json.loads(body)
+                if status != 200 or len(preview["rows"]) != 20 or preview["problem"]:
+                    sys.exit(f"the preview of {path} answered {status}: {body[:300]!r}")
+            times.sort()
+            print(f"  {label} of {os.path.getsize(path) / 1e6:,.0f} MB: median {times[2] * 1000:,.0f} ms, "
+                  f"slowest {times[-1] * 1000:,.0f} ms of 5 (goal: < 2 s); server peak RSS "
+                  f"{server.peak_rss_mb():,.0f} MB")
+
+
+PARTS = {"csv": csv_part, "xlsx": xlsx_part, "kill": kill_part, "hostile": hostile_part,
+         "preview": preview_part}
 
 
 def main():

@@ -388,7 +388,8 @@ fn ReadingControls(seen: UploadPreview, reading: RwSignal<Reading>) -> impl Into
 fn SampleTable(seen: UploadPreview) -> impl IntoView {
     let shown = seen.rows.len();
     view! {
-        <div class="sample">
+        // It scrolls: a keyboard must reach it.
+        <div class="sample" tabindex="0" role="region" aria-label="The file's first rows">
             <table class="jobs" data-testid="sample-table">
                 <caption class="muted">{format!("The first {shown} rows below the header (row {})", seen.header_row)}</caption>
                 <thead>

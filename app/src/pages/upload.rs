@@ -1,7 +1,9 @@
 //! `/`: choose or drop a spreadsheet and upload it. The browser sends the bytes (`POST
 //! /api/uploads`) and goes to the upload's review (`/uploads/{id}`), where the person sees what
 //! the file holds, picks the dataset and maps the columns before anything is imported.
-//! `?fixes=<job>&dataset=<name>` (from a job's "Fix and re-import") is passed on to it.
+//! `?fixes=<job>&dataset=<name>` (from a job's "Fix and re-import") is passed on to it. While
+//! the bytes go, the form is locked and shows how much has been sent, with a Cancel (the
+//! upload is an `XMLHttpRequest`: `fetch` tells nothing of a request body's progress).
 
 use leptos::prelude::*;
 use leptos_router::hooks::{use_navigate, use_query_map};
@@ -14,6 +16,9 @@ use crate::session::use_session;
 pub fn UploadPage() -> impl IntoView {
     let file = RwSignal::new(None::<SendWrapper<File>>);
     let busy = RwSignal::new(false);
+    // While sending: the percentage sent, and the request, for Cancel.
+    let sent_percent = RwSignal::new(None::<u8>);
+    let sending = RwSignal::new(None::<SendWrapper<client::Sending>>);
     let error = RwSignal::new(None::<String>);
     let dragging = RwSignal::new(false);
     let session = use_session();
@@ -31,6 +36,9 @@ pub fn UploadPage() -> impl IntoView {
     let fixing = !passed_on.is_empty();
 
     let choose = move |chosen: Option<File>| {
+        if busy.get_untracked() {
+            return;
+        }
         if let Some(chosen) = chosen {
             error.set(None);
             file.set(Some(SendWrapper::new(chosen)));
@@ -46,8 +54,10 @@ pub fn UploadPage() -> impl IntoView {
         let passed_on = passed_on.clone();
         busy.set(true);
         error.set(None);
+        sent_percent.set(Some(0));
         leptos::task::spawn_local(async move {
-            let sent = client::upload(chosen.take()).await;
+            let sent = client::upload(chosen.take(), sent_percent, sending).await;
+            sent_percent.set(None);
             // A visitor's upload made them a guest.
             if untrack(|| session.me().is_none()) {
                 session.reload();
@@ -99,6 +109,7 @@ pub fn UploadPage() -> impl IntoView {
                 <input
                     type="file"
                     name="file"
+                    disabled=move || busy.get()
                     accept=".csv,.tsv,.txt,.xlsx,.xlsm,.xls,.ods"
                     data-testid="file-input"
                     on:change=move |ev| {
@@ -113,13 +124,38 @@ pub fn UploadPage() -> impl IntoView {
                     }}
                 </span>
             </label>
-            <button
-                type="submit"
-                data-testid="upload-button"
-                disabled=move || busy.get() || file.read().is_none()
-            >
-                {move || if busy.get() { "Uploading..." } else { "Upload and review" }}
-            </button>
+            <div class="actions">
+                <button
+                    type="submit"
+                    data-testid="upload-button"
+                    disabled=move || busy.get() || file.read().is_none()
+                >
+                    {move || if busy.get() { "Uploading..." } else { "Upload and review" }}
+                </button>
+                {move || sent_percent.get().map(|percent| view! {
+                    <progress
+                        data-testid="upload-progress"
+                        aria-label="Upload progress"
+                        max="100"
+                        value=percent
+                    ></progress>
+                    <span role="status" data-testid="upload-percent">{format!("{percent}% sent")}</span>
+                    <button
+                        type="button"
+                        class="secondary"
+                        data-testid="cancel-upload"
+                        on:click=move |_| {
+                            sending.with_untracked(|request| {
+                                if let Some(request) = request {
+                                    request.cancel();
+                                }
+                            });
+                        }
+                    >
+                        "Cancel"
+                    </button>
+                })}
+            </div>
             {move || error.get().map(|message| view! { <p class="error" role="alert">{message}</p> })}
         </form>
     }
@@ -127,21 +163,92 @@ pub fn UploadPage() -> impl IntoView {
 
 /// The upload behind the button; it only ever runs in the browser.
 mod client {
+    use leptos::prelude::*;
+    use send_wrapper::SendWrapper;
+    use serde_json::Value;
     use web_sys::File;
 
-    #[cfg(feature = "hydrate")]
-    use crate::api;
+    /// An upload on its way.
+    pub struct Sending {
+        #[cfg(feature = "hydrate")]
+        request: web_sys::XmlHttpRequest,
+    }
 
+    impl Sending {
+        /// Stops sending; the upload then ends as cancelled.
+        pub fn cancel(&self) {
+            #[cfg(feature = "hydrate")]
+            let _ = self.request.abort();
+        }
+    }
+
+    /// `POST /api/uploads` with the file as the form field `file`, reporting the percentage
+    /// sent in `percent` and holding the request in `sending` (for Cancel) until it ends; the
+    /// API's answer, or a message for the person.
     #[cfg(feature = "hydrate")]
-    pub async fn upload(file: File) -> Result<serde_json::Value, String> {
-        let form = web_sys::FormData::new().map_err(|_| "FormData is not available".to_owned())?;
+    pub async fn upload(
+        file: File,
+        percent: RwSignal<Option<u8>>,
+        sending: RwSignal<Option<SendWrapper<Sending>>>,
+    ) -> Result<Value, String> {
+        use wasm_bindgen::{JsCast, JsValue, closure::Closure};
+        use web_sys::{FormData, ProgressEvent, XmlHttpRequest};
+
+        let form = FormData::new().map_err(|_| "FormData is not available".to_owned())?;
         form.append_with_blob_and_filename("file", &file, &file.name())
             .map_err(|_| "Cannot read the file".to_owned())?;
-        api::send(gloo_net::http::Request::post("/api/uploads").body(form)).await
+        let request = XmlHttpRequest::new().map_err(|_| "Cannot send requests".to_owned())?;
+        request
+            .open("POST", "/api/uploads")
+            .map_err(|_| "Cannot send requests".to_owned())?;
+        let progress = Closure::<dyn FnMut(ProgressEvent)>::new(move |ev: ProgressEvent| {
+            if ev.length_computable() && ev.total() > 0.0 {
+                percent.set(Some(
+                    (ev.loaded() / ev.total() * 100.0).floor().min(100.0) as u8
+                ));
+            }
+        });
+        if let Ok(upload) = request.upload() {
+            upload.set_onprogress(Some(progress.as_ref().unchecked_ref()));
+        }
+        // Settles once the request has ended, however it ended.
+        let ended = js_sys::Promise::new(&mut |resolve, _| {
+            let settle = Closure::once_into_js(move || {
+                let _ = resolve.call0(&JsValue::NULL);
+            });
+            request.set_onloadend(Some(settle.unchecked_ref()));
+        });
+        request
+            .send_with_opt_form_data(Some(&form))
+            .map_err(|_| "The upload could not be sent".to_owned())?;
+        sending.set(Some(SendWrapper::new(Sending {
+            request: request.clone(),
+        })));
+        let _ = wasm_bindgen_futures::JsFuture::from(ended).await;
+        sending.set(None);
+        drop(progress);
+        let status = request.status().unwrap_or(0);
+        if status == 0 {
+            return Err("The upload was cancelled, or the server could not be reached.".to_owned());
+        }
+        let text = request.response_text().ok().flatten().unwrap_or_default();
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if (200..300).contains(&status) {
+            Ok(body)
+        } else {
+            Err(body["error"]["message"]
+                .as_str()
+                .unwrap_or("The upload failed")
+                .to_owned())
+        }
     }
 
     #[cfg(not(feature = "hydrate"))]
-    pub async fn upload(_file: File) -> Result<serde_json::Value, String> {
+    pub async fn upload(
+        _file: File,
+        _percent: RwSignal<Option<u8>>,
+        _sending: RwSignal<Option<SendWrapper<Sending>>>,
+    ) -> Result<Value, String> {
         Err("Importing needs JavaScript".to_owned())
     }
 }
