@@ -431,7 +431,7 @@ impl JobView {
             JobStatus::Completed if self.rows_failed > 0 => "completed with errors".to_owned(),
             status => status.as_str().to_owned(),
         };
-        format!("{} — {state} — Conveyor", self.title())
+        title_text(&format!("{} — {state} — Conveyor", self.title()))
     }
 
     /// Rows processed per second so far; `None` before any row is done.
@@ -539,6 +539,13 @@ pub fn count_of(n: i64, noun: &str) -> String {
     } else {
         format!("{} {noun}s", thousands(n))
     }
+}
+
+/// Text for a page's `<title>`: leptos_meta writes it into the server's HTML unescaped. A file
+/// name cannot hold the `/` of a `</title>` (uploads keep the last path component), but a
+/// title must not depend on that: `<` is shown as `‹`.
+pub fn title_text(text: &str) -> String {
+    text.replace('<', "‹")
 }
 
 /// Formats 1234567 as "1,234,567".

@@ -4,7 +4,7 @@
 // downloaded, fixed and imported again, the dataset complete.
 import { readFile, writeFile } from 'node:fs/promises';
 import { Worker, expect, test } from './app';
-import { JOB_PATH, JobPage, UploadPage, expectHydrated, fixture } from './pages';
+import { JOB_PATH, JobPage, ReviewPage, UploadPage, expectHydrated, fixture } from './pages';
 
 let worker: Worker | undefined;
 
@@ -107,5 +107,35 @@ test('preview, map, dry run, import, fix the errors and import them', async ({ p
   const names: string[] = (await rows.json()).rows.map((row: { name: string }) => row.name);
   expect(names).toHaveLength(40);
   expect(new Set(names).size).toBe(40);
+  expect(errors).toEqual([]);
+});
+
+test('a review loaded in full hydrates and offers a new dataset', async ({ page }) => {
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('console', (m) => {
+    if (m.type() === 'error') errors.push(m.text());
+  });
+  await page.goto('/');
+  const uploaded = await page.request.post('/api/uploads', {
+    multipart: { file: { name: 'people.csv', mimeType: 'text/csv', buffer: Buffer.from('name,n\nAna,1\n') } },
+  });
+  expect(uploaded.ok(), await uploaded.text()).toBe(true);
+  // A dataset of theirs, so the server renders the picker's options.
+  const made = await page.request.post('/api/datasets', {
+    data: { name: `mine_${Date.now().toString(36)}`, columns: [{ name: 'name' }] },
+  });
+  expect(made.status()).toBe(201);
+  await page.goto(`/uploads/${(await uploaded.json()).id}`);
+  await expectHydrated(page);
+  const review = new ReviewPage(page);
+  await expect(review.sample).toBeVisible();
+  await review.datasetSelect.selectOption({ label: 'New dataset...' });
+  await expect(review.newDatasetInput).toBeVisible();
+  await review.newDatasetInput.fill('typed_slowly');
+  // Typing the name keeps what was chosen for the columns.
+  await page.getByTestId('type-n').selectOption('text');
+  await review.newDatasetInput.fill('typed_slowly_2');
+  await expect(page.getByTestId('type-n')).toHaveValue('text');
   expect(errors).toEqual([]);
 });

@@ -140,7 +140,26 @@ fn Dataset(dataset: DatasetView, rows: Vec<Value>) -> impl IntoView {
                     "Owner: " {owner_label(dataset.owner_email.as_deref())}
                 </p>
             })}
-            {(own && may_create).then(|| view! { <ExportButtons dataset=dataset.name.clone() /> })}
+            {(own && may_create).then(|| view! {
+                <p class="actions">
+                    <a
+                        class="button"
+                        data-testid="import-into"
+                        href=format!("/?{}", form_urlencoded::Serializer::new(String::new()).append_pair("dataset", &dataset.name).finish())
+                    >
+                        "Import into this dataset"
+                    </a>
+                </p>
+                <ExportButtons dataset=dataset.name.clone() />
+            })}
+            <p>
+                <a
+                    data-testid="dataset-jobs"
+                    href=format!("/jobs?{}", form_urlencoded::Serializer::new(String::new()).append_pair("dataset", &dataset.name).finish())
+                >
+                    "Its imports and exports"
+                </a>
+            </p>
             <h2>"Columns"</h2>
             <table class="jobs" data-testid="dataset-schema">
                 <thead>

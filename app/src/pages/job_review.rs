@@ -92,7 +92,8 @@ pub fn NextStep(#[prop(into)] job: Signal<JobView>) -> impl IntoView {
                 </button>
             }
         });
-        let fix = (job.rows_failed > 0).then(|| {
+        // A dry run's rows in error are fixed by importing its good rows first, then these.
+        let fix = (job.rows_failed > 0 && !job.dry_run).then(|| {
             let mut query = form_urlencoded::Serializer::new(String::new());
             query.append_pair("fixes", &job.id.to_string());
             if let Some(dataset) = &job.dataset {

@@ -17,7 +17,7 @@ use uuid::Uuid;
 use crate::{
     api,
     data::list_datasets,
-    model::{Column, ColumnType, DatasetView},
+    model::{Column, ColumnType, DatasetView, title_text},
     preview::UploadPreview,
     session::use_session,
 };
@@ -122,14 +122,16 @@ pub fn ReviewPage() -> impl IntoView {
         }
     });
 
+    // The preview is read again only when the reading or the existing dataset changes (not
+    // as a new dataset's name is typed).
+    let asked = Memo::new(move |_| match target.get() {
+        Target::Existing(dataset) => Some(dataset.name),
+        _ => None,
+    });
     let preview = LocalResource::new(move || {
-        let asked = match target.get() {
-            Target::Existing(dataset) => Some(dataset.name),
-            _ => None,
-        };
         let path = format!(
             "/api/uploads/{upload}/preview?{}",
-            reading.get().query(asked.as_deref())
+            reading.get().query(asked.get().as_deref())
         );
         async move {
             let answer = api::call("GET", &path, None).await?;
@@ -162,6 +164,7 @@ pub fn ReviewPage() -> impl IntoView {
         let Some(Ok(seen)) = preview.get_untracked() else {
             return;
         };
+        let target_signal = target;
         let target = target.get_untracked();
         let reading = reading.get_untracked();
         let chosen = mapping.get_untracked();
@@ -170,8 +173,13 @@ pub fn ReviewPage() -> impl IntoView {
         busy.set(true);
         error.set(None);
         leptos::task::spawn_local(async move {
+            // Made: from now on the dataset is one of theirs (a failed start can be tried again).
+            let made = move |dataset| {
+                datasets.refetch();
+                target_signal.set(Target::Existing(dataset));
+            };
             let started = start_job(
-                run, upload, fixes, &seen, &target, &reading, &chosen, &columns,
+                run, upload, fixes, &seen, &target, &reading, &chosen, &columns, made,
             )
             .await;
             match started {
@@ -188,7 +196,7 @@ pub fn ReviewPage() -> impl IntoView {
     view! {
         // The title outlives the page by a moment when it is left: read what is still there.
         <Title text=move || match preview.try_get().flatten() {
-            Some(Ok(seen)) => format!("Review the import of {} — Conveyor", seen.filename),
+            Some(Ok(seen)) => title_text(&format!("Review the import of {} — Conveyor", seen.filename)),
             _ => "Review the import — Conveyor".to_owned(),
         } />
         <section class="card review">
@@ -213,7 +221,10 @@ pub fn ReviewPage() -> impl IntoView {
                     }
                 })}
             </Transition>
-            <DatasetPicker own=Signal::derive(own) target />
+            // The list is the server's: read inside a transition, as SSR sent it.
+            <Transition fallback=|| ()>
+                <DatasetPicker own=Signal::derive(own) target />
+            </Transition>
             <Transition fallback=|| ()>
                 {move || Suspend::new(async move {
                     let seen = preview.await.ok()?;
@@ -264,9 +275,16 @@ fn ready(
             valid_name(&name)
                 && new_columns.with(|c| c.iter().any(|c| c.include && !c.name.trim().is_empty()))
         }
-        Target::Existing(dataset) => mapping.with(|m| {
-            missing_required(&dataset.columns, m).is_empty() && m.iter().any(Option::is_some)
-        }),
+        // The mapping shown must be the one read for this dataset (not the last one's).
+        Target::Existing(dataset) => {
+            seen.dataset
+                .as_ref()
+                .is_some_and(|fit| fit.name == dataset.name)
+                && mapping.with(|m| {
+                    missing_required(&dataset.columns, m).is_empty()
+                        && m.iter().any(Option::is_some)
+                })
+        }
     }
 }
 
@@ -414,7 +432,8 @@ fn SampleTable(seen: UploadPreview) -> impl IntoView {
 /// Choose one of the person's datasets, or name a new one.
 #[component]
 fn DatasetPicker(own: Signal<Vec<DatasetView>>, target: RwSignal<Target>) -> impl IntoView {
-    const NEW: &str = "\u{0}new";
+    // Not a dataset name (those are letters, digits, `-` and `_`).
+    const NEW: &str = "+new";
     let choice = move || match target.get() {
         Target::Unchosen => String::new(),
         Target::Existing(dataset) => dataset.name,
@@ -612,7 +631,9 @@ fn column_type(word: &str) -> Option<ColumnType> {
     TYPES.into_iter().find(|kind| kind.as_str() == word)
 }
 
-/// Creates the new dataset (if it is one), then the dry run or import; the job's id.
+/// Creates the new dataset (if it is one: `made` then hears of it), then the dry run or
+/// import; the job's id. Only what the person chose is sent of the delimiter and encoding (the
+/// import finds the rest over the whole file, the preview only saw its start).
 #[allow(clippy::too_many_arguments)]
 async fn start_job(
     run: Run,
@@ -623,6 +644,7 @@ async fn start_job(
     reading: &Reading,
     chosen: &[Option<String>],
     new_columns: &[NewColumn],
+    made: impl FnOnce(DatasetView),
 ) -> Result<String, String> {
     let (dataset, targets): (String, Vec<Option<String>>) = match target {
         Target::Unchosen => return Err("Choose a dataset first.".into()),
@@ -633,12 +655,15 @@ async fn start_job(
                 .filter(|c| c.include)
                 .map(|c| json!({ "name": c.name.trim(), "type": c.kind.as_str() }))
                 .collect();
-            api::call(
+            let created = api::call(
                 "POST",
                 "/api/datasets",
                 Some(json!({ "name": name, "columns": columns })),
             )
             .await?;
+            if let Ok(dataset) = serde_json::from_value::<DatasetView>(created) {
+                made(dataset);
+            }
             let targets = new_columns
                 .iter()
                 .map(|c| c.include.then(|| c.name.trim().to_owned()))
@@ -658,8 +683,8 @@ async fn start_job(
         "dataset": dataset,
         "sheet": seen.sheet,
         "headerRow": seen.header_row,
-        "delimiter": reading.delimiter.clone().or_else(|| seen.delimiter.clone()),
-        "encoding": reading.encoding.clone().or_else(|| seen.encoding.clone()),
+        "delimiter": reading.delimiter,
+        "encoding": reading.encoding,
         "mapping": mapping,
         "fixes": fixes,
     }))

@@ -11,12 +11,12 @@ pub const DELIMITERS: [u8; 4] = [b',', b'\t', b';', b'|'];
 /// Lines of the sample the delimiter must split consistently.
 const SAMPLE_RECORDS: usize = 20;
 
-/// The delimiter that splits the sample's records into the same number of fields (with
-/// `past_titles`, past the fewest title rows: a header asked for below them, or the preview
-/// looking for one), the most fields winning; a comma when none does. Quotes are honoured: it
-/// asks the CSV parser. Title rows are not allowed for by default: a one-column file whose
-/// values hold a `|` or `;` would split on it.
-pub fn delimiter(head: &[u8], past_titles: bool) -> u8 {
+/// The delimiter that splits the sample's records into the same number of fields, the most
+/// fields winning; failing that, the one that does so past the fewest title rows at the top;
+/// a comma when none does. Quotes are honoured: it asks the CSV parser. (A one-column file
+/// whose values all hold one `|` reads as a table under a title: the preview shows it, and
+/// the delimiter can be named.) The preview and the import ask this same question.
+pub fn delimiter(head: &[u8]) -> u8 {
     // The sample may end mid-record: judge only the complete lines before its last line break.
     let complete = match head.iter().rposition(|&b| b == b'\n') {
         Some(end) => &head[..=end],
@@ -26,7 +26,6 @@ pub fn delimiter(head: &[u8], past_titles: bool) -> u8 {
         .into_iter()
         .filter_map(|delimiter| {
             consistent_fields(complete, delimiter)
-                .filter(|(titles, _)| past_titles || *titles == 0)
                 .map(|(titles, fields)| ((titles, std::cmp::Reverse(fields)), delimiter))
         })
         // The first of equals wins: `min_by_key` keeps the first minimum.
@@ -106,27 +105,23 @@ mod tests {
 
     #[test]
     fn delimiters_are_found_by_consistency() {
-        assert_eq!(delimiter(b"a,b,c\n1,2,3\n", false), b',');
-        assert_eq!(delimiter(b"a\tb\tc\n1\t2,5\t3\n", false), b'\t');
-        assert_eq!(delimiter(b"name;amount\nAna;1,5\nRui;2,75\n", false), b';');
-        assert_eq!(delimiter(b"a|b\n1|2\n", false), b'|');
+        assert_eq!(delimiter(b"a,b,c\n1,2,3\n"), b',');
+        assert_eq!(delimiter(b"a\tb\tc\n1\t2,5\t3\n"), b'\t');
+        assert_eq!(delimiter(b"name;amount\nAna;1,5\nRui;2,75\n"), b';');
+        assert_eq!(delimiter(b"a|b\n1|2\n"), b'|');
         // Title rows above the header do not hide it.
         assert_eq!(
-            delimiter(
-                b"Contacts\n\nname;mail;n\nAna;a@x.pt;1,5\nRui;r@x.pt;2\n",
-                true
-            ),
+            delimiter(b"Contacts\n\nname;mail;n\nAna;a@x.pt;1,5\nRui;r@x.pt;2\n"),
             b';'
         );
-        // …only when told to look past them: a one-column file keeps its `|` and `;`.
-        assert_eq!(delimiter(b"tags\nred|blue\ngreen|yellow\n", false), b',');
-        assert_eq!(delimiter(b"address\nRua A; 3\nRua B; 4\n", false), b',');
+        // A one-column file whose values split unevenly stays one column.
+        assert_eq!(delimiter(b"address\nRua A; 3\nRua B\nRua C; 4\n"), b',');
         // Commas inside quotes do not count.
-        assert_eq!(delimiter(b"a;b\n\"x, y\";2\n\"p, q, r\";3\n", false), b';');
+        assert_eq!(delimiter(b"a;b\n\"x, y\";2\n\"p, q, r\";3\n"), b';');
         // A single column, or nothing consistent: comma.
-        assert_eq!(delimiter(b"name\nAna\n", false), b',');
+        assert_eq!(delimiter(b"name\nAna\n"), b',');
         // The last, cut-off line of the sample is ignored.
-        assert_eq!(delimiter(b"a\tb\n1\t2\n3", false), b'\t');
+        assert_eq!(delimiter(b"a\tb\n1\t2\n3"), b'\t');
     }
 
     #[test]

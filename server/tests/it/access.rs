@@ -400,6 +400,12 @@ impl World {
                 get(self.url(path)).await,
                 expect_seen(EVERYONE, MARK, SEES_A),
             ),
+            // The review's shell: the upload is read by the browser, from the API, as its
+            // owner (`GET /api/uploads/{id}/preview`); the page itself holds nothing of it.
+            "/uploads/{id}" | "/uploads/:id" => (
+                get(self.url(&format!("/uploads/{}", self.upload_id))).await,
+                expect_seen(EVERYONE, MARK, [false; 6]),
+            ),
             "/jobs/{id}" | "/jobs/:id" => (
                 get(self.url(&format!("/jobs/{}", self.import.id))).await,
                 expect_seen(READ, MARK, SEES_A),

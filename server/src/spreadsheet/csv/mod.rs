@@ -81,11 +81,7 @@ pub fn scan_each(
         Some(encoding) => (check_text(head).map(|()| Some(encoding))?, true),
         None => (sniff(head)?, false),
     };
-    // Title rows above a header asked for may split differently from the table.
-    let past_titles = reading.header_row.is_some_and(|row| row > 1);
-    let delimiter = reading
-        .delimiter
-        .unwrap_or_else(|| delimiter(head, past_titles));
+    let delimiter = reading.delimiter.unwrap_or_else(|| delimiter(head));
     let mut records = Records::new(input, delimiter).keeping();
     let mut record = Record::default();
     // The header is the first row with a value at or below the one asked for (rows count
@@ -252,29 +248,34 @@ pub struct CsvHead {
 /// as found; a record the bytes cut off is left out, and the delimiter is told from the first
 /// 64 KiB, as an import tells it.
 pub fn head(bytes: &[u8], whole: bool, reading: &Reading, from: i64) -> Result<CsvHead, FileError> {
-    let bytes = match bytes.iter().rposition(|&b| b == b'\n') {
+    // A character cut by the end must not decide the encoding.
+    let lines = match bytes.iter().rposition(|&b| b == b'\n') {
         Some(end) if !whole => &bytes[..=end],
         _ => bytes,
     };
     let encoding = match reading.encoding {
         Some(encoding) => {
-            check_text(bytes)?;
+            check_text(lines)?;
             encoding
         }
-        None => match sniff(bytes)? {
+        None => match sniff(lines)? {
             Some(encoding) => encoding,
-            None if bytes.is_ascii() => Encoding::Utf8,
-            None => Encoding::of(bytes)?,
+            None if lines.is_ascii() => Encoding::Utf8,
+            None => Encoding::of(lines)?,
         },
     };
     let sample = &bytes[..bytes.len().min(64 << 10)];
-    let delimiter = reading.delimiter.unwrap_or_else(|| delimiter(sample, true));
+    let delimiter = reading.delimiter.unwrap_or_else(|| delimiter(sample));
     let mut records = Records::new(bytes, delimiter);
     let mut record = Record::default();
     let mut rows = Vec::new();
     let mut row = 0;
     // Reading a byte slice cannot fail.
     while rows.len() < HEAD_ROWS && records.read(&mut record).unwrap_or(false) {
+        if !whole && record.end() == bytes.len() as u64 {
+            // It reaches the end of what was read: it may go on past it.
+            break;
+        }
         row += record.rows();
         if row < from {
             continue;
