@@ -44,7 +44,9 @@ test('the pages of an import pass an accessibility scan', async ({ page, app }) 
     timeout: 60_000,
   });
   await expect(page).toHaveTitle(/Import of contacts\.xlsx — completed/);
-  await expectAccessible(page, 'a finished job');
+  // Its row in error (an email the suggested type refuses) is listed on the page too.
+  await expect(page.getByTestId('error-row')).toHaveCount(1);
+  await expectAccessible(page, 'a finished job with its rows in error');
 
   for (const path of ['/jobs', '/datasets', `/datasets/${dataset}`, '/login', '/signup']) {
     await page.goto(path);

@@ -76,6 +76,19 @@ test('preview, map, dry run, import, fix the errors and import them', async ({ p
   await expect(job.message).toHaveText('Completed with 5 errors', { timeout: 60_000 });
   const imported = new URL(page.url()).pathname.match(JOB_PATH)![1];
 
+  // The rows in error on the page: counted by column, filtered by column or message.
+  const table = page.getByTestId('error-table');
+  await expect(page.getByTestId('errors-in-signed_up')).toHaveText('signed_up (4)');
+  await expect(page.getByTestId('errors-in-email')).toHaveText('email (1)');
+  await expect(table.getByTestId('error-row')).toHaveCount(5);
+  await page.getByTestId('errors-in-signed_up').click();
+  await expect(table.getByTestId('error-row')).toHaveCount(4);
+  await expect(table.getByTestId('error-row').first()).toContainText('someday');
+  await table.getByRole('button', { name: /^All/ }).click();
+  await page.getByTestId('errors-filter').fill('email');
+  await expect(table.getByTestId('error-row')).toHaveCount(1);
+  await expect(table.getByTestId('error-row')).toContainText('not an email');
+
   // The error report: each bad row as it was, after its row number and errors.
   const link = page.getByTestId('error-report');
   const [download] = await Promise.all([page.waitForEvent('download'), link.click()]);

@@ -13,6 +13,7 @@ use crate::{
     pages::{
         NotFound,
         controls::{Fix, JobControls},
+        job_errors::ErrorTable,
         job_history::History,
         job_review::{ImportReview, NextStep},
     },
@@ -217,6 +218,9 @@ fn LiveJob(job: JobView) -> impl IntoView {
                     })
             }}
             <FailedParts state />
+            <Show when=move || { state.read().rows_failed > 0 }>
+                <ErrorTable id failed=Signal::derive(move || state.read().rows_failed) />
+            </Show>
             <NextStep job=state />
             <Fix job=state />
             <Callback state />

@@ -4,6 +4,7 @@ pub mod account;
 pub mod controls;
 pub mod datasets;
 pub mod job;
+pub mod job_errors;
 pub mod job_history;
 pub mod job_review;
 pub mod jobs;

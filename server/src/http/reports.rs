@@ -48,17 +48,27 @@ pub struct ErrorsQuery {
     limit: Option<i64>,
     /// The `next` of the previous page.
     after: Option<i64>,
+    /// Only rows with a problem in this column.
+    column: Option<String>,
+    /// Only rows whose message holds this text (any case).
+    q: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct ErrorsPage {
     errors: Vec<errors::ReportLine>,
+    /// On the first page (no `after`): how many rows in error have a problem in each column,
+    /// most first (`column: null`: the row as a whole).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by_column: Option<Vec<errors::ColumnCount>>,
     /// Pass as `after` for the next page; absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     next: Option<i64>,
 }
 
-/// Reads a job's row errors, a page at a time, in sheet order.
+/// Reads a job's row errors, a page at a time, in sheet order: all, or those with a problem in
+/// one column, or whose message holds a text; the first page also counts them by column.
 #[utoipa::path(
     get,
     path = "/api/jobs/{id}/errors",
@@ -80,12 +90,21 @@ pub async fn json(
     let id = visible_job(&state, &caller, id).await?.id;
     let Query(query) = query?;
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
-    let lines = errors::page(&state.pool, id, query.after.unwrap_or(0), limit).await?;
+    let only = errors::Only {
+        column: query.column.as_deref().filter(|c| !c.is_empty()),
+        text: query.q.as_deref().map(str::trim).filter(|q| !q.is_empty()),
+    };
+    let lines = errors::page(&state.pool, id, query.after.unwrap_or(0), limit, only).await?;
     let next = (lines.len() as i64 == limit)
         .then(|| lines.last().map(|l| l.row_no))
         .flatten();
+    let by_column = match query.after {
+        None => Some(errors::by_column(&state.pool, id).await?),
+        Some(_) => None,
+    };
     Ok(Json(ErrorsPage {
         errors: lines,
+        by_column,
         next,
     }))
 }
@@ -194,7 +213,7 @@ async fn report_csv(
         let pool = pool.clone();
         async move {
             let Some(after) = after else { return Ok(None) };
-            let lines = errors::page(&pool, id, after, CSV_PAGE).await?;
+            let lines = errors::page(&pool, id, after, CSV_PAGE, errors::Only::default()).await?;
             let next = (lines.len() as i64 == CSV_PAGE)
                 .then(|| lines.last().map(|l| l.row_no))
                 .flatten();

@@ -56,12 +56,22 @@ pub struct ReportLine {
     pub fields: Json<Vec<String>>,
 }
 
+/// Which of a job's errors a page holds (each `None`: any).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Only<'a> {
+    /// Rows with a problem in this column.
+    pub column: Option<&'a str>,
+    /// Rows whose message holds this text (any case).
+    pub text: Option<&'a str>,
+}
+
 /// A page of a job's errors in sheet order, after row `after`.
 pub async fn page(
     pool: &PgPool,
     job_id: Uuid,
     after: i64,
     limit: i64,
+    only: Only<'_>,
 ) -> sqlx::Result<Vec<ReportLine>> {
     sqlx::query_as!(
         ReportLine,
@@ -69,10 +79,42 @@ pub async fn page(
                problems as "problems: Json<Vec<Problem>>",
                fields as "fields: Json<Vec<String>>"
            from job_errors
-           where job_id = $1 and row_no > $2 order by row_no limit $3"#,
+           where job_id = $1 and row_no > $2
+             and ($4::text is null or column_name = $4
+                  or problems @> jsonb_build_array(jsonb_build_object('column', $4::text)))
+             and ($5::text is null or strpos(lower(message), lower($5)) > 0)
+           order by row_no limit $3"#,
         job_id,
         after,
-        limit
+        limit,
+        only.column,
+        only.text,
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// How many of a job's rows in error have a problem in a column (`null`: the row as a whole,
+/// such as its field count).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ColumnCount {
+    pub column: Option<String>,
+    pub rows: i64,
+}
+
+/// [`ColumnCount`]s of a job's errors, most first: the first 50 columns.
+pub async fn by_column(pool: &PgPool, job_id: Uuid) -> sqlx::Result<Vec<ColumnCount>> {
+    sqlx::query_as!(
+        ColumnCount,
+        r#"select col as column, count(*) as "rows!"
+           from (select column_name as col from job_errors
+                 where job_id = $1 and problems is null
+                 union all
+                 select p ->> 'column'
+                 from job_errors e, jsonb_array_elements(e.problems) p
+                 where e.job_id = $1 and e.problems is not null) c
+           group by col order by count(*) desc, col limit 50"#,
+        job_id,
     )
     .fetch_all(pool)
     .await
