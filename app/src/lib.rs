@@ -18,6 +18,7 @@ pub mod api;
 pub mod auth;
 pub mod bulk;
 pub mod data;
+pub mod focus;
 pub mod history;
 pub mod job_list;
 pub mod live;
@@ -75,6 +76,7 @@ pub fn App() -> impl IntoView {
         <Stylesheet id="leptos" href="/pkg/conveyor.css" />
         <Title text="Conveyor" />
         <Router>
+            <focus::FocusOnNavigate />
             <header class="topbar">
                 <A href="/">"Conveyor"</A>
                 <nav>
@@ -97,8 +99,8 @@ pub fn App() -> impl IntoView {
             <main>
                 <Routes fallback=|| view! { <pages::NotFound /> }>
                     <Route path=StaticSegment("") view=pages::upload::UploadPage />
-                    // Async rendering: the whole page, with its status code, once the job is read.
                     <Route path=path!("/uploads/:id") view=pages::review::ReviewPage />
+                    // Async rendering: the whole page, with its status code, once the job is read.
                     <Route path=path!("/jobs") view=pages::jobs::JobsPage ssr=SsrMode::Async />
                     <Route path=path!("/jobs/:id") view=pages::job::JobPage ssr=SsrMode::Async />
                     <Route

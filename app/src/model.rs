@@ -434,6 +434,23 @@ impl JobView {
         title_text(&format!("{} — {state} — Conveyor", self.title()))
     }
 
+    /// What an import did with its rows, so far: "1,170 added, 30 replaced" (a dry run: "35
+    /// rows ok"); `None` for other jobs and before any row. Rows in error are counted apart.
+    pub fn written_line(&self) -> Option<String> {
+        if self.job_type != JobKind::Import || self.rows_ok == 0 {
+            return None;
+        }
+        if self.dry_run {
+            return Some(format!("{} ok", count_of(self.rows_ok, "row")));
+        }
+        let added = self.rows_ok - self.rows_updated;
+        let mut parts = vec![format!("{} added", thousands(added))];
+        if self.rows_updated > 0 {
+            parts.push(format!("{} replaced", thousands(self.rows_updated)));
+        }
+        Some(parts.join(", "))
+    }
+
     /// Rows processed per second so far; `None` before any row is done.
     pub fn rows_per_second(&self) -> Option<f64> {
         let elapsed = self.elapsed_seconds.filter(|s| *s > 0.0)?;
@@ -601,6 +618,24 @@ mod tests {
             callback: None,
             remedy: None,
         }
+    }
+
+    #[test]
+    fn an_import_says_what_it_did_with_its_rows() {
+        assert_eq!(job(JobStatus::Waiting, None, 0).written_line(), None);
+        let mut done = job(JobStatus::Completed, Some(40), 40);
+        assert_eq!(done.written_line().as_deref(), Some("40 added"));
+        (done.rows_ok, done.rows_updated, done.rows_failed) = (1200, 30, 5);
+        assert_eq!(
+            done.written_line().as_deref(),
+            Some("1,170 added, 30 replaced")
+        );
+        done.dry_run = true;
+        assert_eq!(done.written_line().as_deref(), Some("1,200 rows ok"));
+        assert_eq!(
+            done.page_title(),
+            "Dry run of a file — completed with errors — Conveyor"
+        );
     }
 
     #[test]

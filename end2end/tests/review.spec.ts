@@ -39,6 +39,8 @@ test('preview, map, dry run, import, fix the errors and import them', async ({ p
   await upload.goto();
   const review = await upload.upload(fixture('contacts.xlsx'));
   await expect(page).toHaveTitle(/Review the import of contacts\.xlsx/);
+  // The new page's heading has the focus, not the button that led here.
+  await expect(page.locator('main h1')).toBeFocused();
   // Nothing picked: the data sheet, not the cover; the header below the title rows.
   await expect(review.sheetSelect).toHaveValue('Contacts');
   await expect(review.sheetSelect.locator('option')).toHaveText(['Read me (1 rows)', 'Contacts (44 rows)']);
@@ -74,6 +76,7 @@ test('preview, map, dry run, import, fix the errors and import them', async ({ p
   await page.getByTestId('import-dry-run').click();
   await page.waitForURL((url) => JOB_PATH.test(url.pathname) && !url.pathname.endsWith(dryRun));
   await expect(job.message).toHaveText('Completed with 5 errors', { timeout: 60_000 });
+  await expect(page.getByTestId('job-written')).toHaveText('35 added.');
   const imported = new URL(page.url()).pathname.match(JOB_PATH)![1];
 
   // The rows in error on the page: counted by column, filtered by column or message.

@@ -180,12 +180,9 @@ fn LiveJob(job: JobView) -> impl IntoView {
             <p class="speed muted" data-testid="job-speed">
                 {move || state.read().speed_line()}
             </p>
-            <Show when=move || { state.read().rows_updated > 0 }>
-                <p class="muted" data-testid="job-updated">
-                    {move || count_of(state.read().rows_updated, "row")}
-                    " replaced rows with the same key."
-                </p>
-            </Show>
+            <p class="muted" data-testid="job-written">
+                {move || state.read().written_line().map(|line| format!("{line}."))}
+            </p>
             <Show when=move || { state.read().rows_failed > 0 }>
                 <p class="warning">
                     {move || count_of(state.read().rows_failed, "row")}

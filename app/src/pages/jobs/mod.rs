@@ -235,6 +235,7 @@ fn JobRow(
         None if job.item_progress > 0 => format!("{} rows so far", thousands(job.item_progress)),
         None => "-".to_owned(),
     };
+    let written = job.written_line().map(|line| format!(", {line}"));
     let errors = (job.rows_failed > 0).then(|| {
         view! { <span class="error-count">{format!(", {} in error", thousands(job.rows_failed))}</span> }
     });
@@ -261,7 +262,7 @@ fn JobRow(
             <td>{job.dataset.clone().unwrap_or_default()}</td>
             {everyone.then(|| view! { <td data-testid="job-owner">{owner_label(job.owner_email.as_deref())}</td> })}
             <td data-testid="job-status">{job.status.as_str()}</td>
-            <td>{progress}{errors}</td>
+            <td>{progress}{written}{errors}</td>
             <td class="when"><LocalTime at=job.created_at /></td>
             <td class="when">{took}</td>
             <td class="actions">
