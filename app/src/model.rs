@@ -139,6 +139,22 @@ fn text() -> ColumnType {
 }
 
 impl ColumnType {
+    /// Every type: text, then the others from the narrowest (a whole number fits a decimal).
+    pub const ALL: [ColumnType; 7] = [
+        Self::Text,
+        Self::Integer,
+        Self::Decimal,
+        Self::Boolean,
+        Self::Date,
+        Self::Timestamp,
+        Self::Email,
+    ];
+
+    /// A type from the word the API and pages use.
+    pub fn parse(word: &str) -> Option<ColumnType> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == word)
+    }
+
     /// The word the API and pages use.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -89,6 +89,7 @@ test('preview, map, dry run, import, fix the errors and import them', async ({ p
   await expect(table.getByTestId('error-row').first()).toContainText('someday');
   await table.getByRole('button', { name: /^All/ }).click();
   await page.getByTestId('errors-filter').fill('email');
+  await page.getByTestId('errors-filter').press('Enter');
   await expect(table.getByTestId('error-row')).toHaveCount(1);
   await expect(table.getByTestId('error-row')).toContainText('not an email');
 

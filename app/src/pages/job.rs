@@ -180,9 +180,12 @@ fn LiveJob(job: JobView) -> impl IntoView {
             <p class="speed muted" data-testid="job-speed">
                 {move || state.read().speed_line()}
             </p>
-            <p class="muted" data-testid="job-written">
-                {move || state.read().written_line().map(|line| format!("{line}."))}
-            </p>
+            {move || {
+                // A dry run's message says it already.
+                let job = state.read();
+                let line = job.written_line().filter(|_| !job.dry_run)?;
+                Some(view! { <p class="muted" data-testid="job-written">{format!("{line}.")}</p> })
+            }}
             <Show when=move || { state.read().rows_failed > 0 }>
                 <p class="warning">
                     {move || count_of(state.read().rows_failed, "row")}
@@ -216,7 +219,8 @@ fn LiveJob(job: JobView) -> impl IntoView {
             }}
             <FailedParts state />
             <Show when=move || { state.read().rows_failed > 0 }>
-                <ErrorTable id failed=Signal::derive(move || state.read().rows_failed) />
+                // Read again only when the count of rows in error changes, not on every update.
+                <ErrorTable id failed=Memo::new(move |_| state.read().rows_failed) />
             </Show>
             <NextStep job=state />
             <Fix job=state />

@@ -52,12 +52,18 @@ pub fn ErrorTable(id: Uuid, #[prop(into)] failed: Signal<i64>) -> impl IntoView 
         if after > 0 {
             query.append_pair("after", &after.to_string());
         }
-        if let Some(column) = column.get() {
-            query.append_pair("column", &column);
+        let column = column.get();
+        if let Some(column) = &column {
+            query.append_pair("column", column);
         }
         let text = text.get();
         if !text.trim().is_empty() {
             query.append_pair("q", text.trim());
+        }
+        // The counts by column, with an unfiltered first page (they do not depend on the
+        // filter; they are not read again for every page).
+        if after == 0 && column.is_none() && text.trim().is_empty() {
+            query.append_pair("counts", "true");
         }
         let path = format!("/api/jobs/{id}/errors?{}", query.finish());
         async move {
@@ -65,15 +71,15 @@ pub fn ErrorTable(id: Uuid, #[prop(into)] failed: Signal<i64>) -> impl IntoView 
             serde_json::from_value::<ErrorsPage>(answer).map_err(|e| e.to_string())
         }
     });
-    // The counts by column come with a first page; kept while later pages are read.
+    // The counts by column come with an unfiltered first page; kept while others are read,
+    // and set only when they change (the buttons are not rebuilt under the keyboard).
     let counts = RwSignal::new(Vec::<ColumnCount>::new());
     Effect::new(move |_| {
         if let Some(Ok(ErrorsPage {
             by_column: Some(by_column),
             ..
         })) = page.get()
-            && column.with_untracked(Option::is_none)
-            && text.with_untracked(String::is_empty)
+            && counts.with_untracked(|shown| *shown != by_column)
         {
             counts.set(by_column);
         }
@@ -118,11 +124,13 @@ pub fn ErrorTable(id: Uuid, #[prop(into)] failed: Signal<i64>) -> impl IntoView 
                 }).collect_view()}
                 <label class="grow">
                     "Message has"
+                    // Applied when the text is done (Enter, or leaving the field): not a read of
+                    // the errors per key pressed.
                     <input
                         type="search"
                         data-testid="errors-filter"
                         prop:value=move || text.get()
-                        on:input=move |ev| {
+                        on:change=move |ev| {
                             text.set(event_target_value(&ev));
                             cursors.set(vec![0]);
                         }
@@ -135,6 +143,15 @@ pub fn ErrorTable(id: Uuid, #[prop(into)] failed: Signal<i64>) -> impl IntoView 
                         Ok(read) => {
                             let next = read.next;
                             view! {
+                                {read.errors.is_empty().then(|| view! {
+                                    <p class="muted">
+                                        {if next.is_some() {
+                                            "None of the rows looked through matches: Next looks further."
+                                        } else {
+                                            "No row matches."
+                                        }}
+                                    </p>
+                                })}
                                 <table class="jobs" data-testid="error-rows">
                                     <thead><tr><th>"Row"</th><th>"Column"</th><th>"Value"</th><th>"Problem"</th></tr></thead>
                                     <tbody>
@@ -158,7 +175,12 @@ pub fn ErrorTable(id: Uuid, #[prop(into)] failed: Signal<i64>) -> impl IntoView 
                                         <button
                                             class="secondary"
                                             data-testid="errors-next"
-                                            on:click=move |_| cursors.update(|c| c.push(after))
+                                            on:click=move |_| cursors.update(|c| {
+                                                // Pressed twice while the page loads: once.
+                                                if c.last() != Some(&after) {
+                                                    c.push(after);
+                                                }
+                                            })
                                         >
                                             "Next"
                                         </button>

@@ -596,12 +596,12 @@ fn MappingTable(
                                         prop:value=move || current().map(|c| c.kind.as_str().to_owned()).unwrap_or_default()
                                         on:change=move |ev| {
                                             let picked = event_target_value(&ev);
-                                            if let Some(kind) = column_type(&picked) {
+                                            if let Some(kind) = ColumnType::parse(&picked) {
                                                 new_columns.update(|c| if let Some(col) = c.get_mut(i) { col.kind = kind });
                                             }
                                         }
                                     >
-                                        {TYPES.iter().map(|kind| view! {
+                                        {ColumnType::ALL.iter().map(|kind| view! {
                                             <option value=kind.as_str()>{kind.as_str()}</option>
                                         }).collect_view()}
                                     </select>
@@ -615,20 +615,6 @@ fn MappingTable(
         .into_any(),
     }
     }
-}
-
-const TYPES: [ColumnType; 7] = [
-    ColumnType::Text,
-    ColumnType::Integer,
-    ColumnType::Decimal,
-    ColumnType::Boolean,
-    ColumnType::Date,
-    ColumnType::Timestamp,
-    ColumnType::Email,
-];
-
-fn column_type(word: &str) -> Option<ColumnType> {
-    TYPES.into_iter().find(|kind| kind.as_str() == word)
 }
 
 /// Creates the new dataset (if it is one: `made` then hears of it), then the dry run or

@@ -52,23 +52,27 @@ pub struct ErrorsQuery {
     column: Option<String>,
     /// Only rows whose message holds this text (any case).
     q: Option<String>,
+    /// Also count the rows in error by column (`byColumn`).
+    counts: Option<bool>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorsPage {
     errors: Vec<errors::ReportLine>,
-    /// On the first page (no `after`): how many rows in error have a problem in each column,
-    /// most first (`column: null`: the row as a whole).
+    /// With `counts=true`: how many rows in error have a problem in each column, most first
+    /// (`column: null`: the row as a whole).
     #[serde(skip_serializing_if = "Option::is_none")]
     by_column: Option<Vec<errors::ColumnCount>>,
-    /// Pass as `after` for the next page; absent on the last page.
+    /// Pass as `after` for the next page; absent on the last page. A filtered page looks
+    /// through 20,000 errors at most: it may hold fewer rows than asked, or none, and still
+    /// have a `next`.
     #[serde(skip_serializing_if = "Option::is_none")]
     next: Option<i64>,
 }
 
 /// Reads a job's row errors, a page at a time, in sheet order: all, or those with a problem in
-/// one column, or whose message holds a text; the first page also counts them by column.
+/// one column, or whose message holds a text; with `counts=true`, counted by column too.
 #[utoipa::path(
     get,
     path = "/api/jobs/{id}/errors",
@@ -94,13 +98,15 @@ pub async fn json(
         column: query.column.as_deref().filter(|c| !c.is_empty()),
         text: query.q.as_deref().map(str::trim).filter(|q| !q.is_empty()),
     };
-    let lines = errors::page(&state.pool, id, query.after.unwrap_or(0), limit, only).await?;
+    let (lines, read_to) =
+        errors::page(&state.pool, id, query.after.unwrap_or(0), limit, only).await?;
     let next = (lines.len() as i64 == limit)
         .then(|| lines.last().map(|l| l.row_no))
-        .flatten();
-    let by_column = match query.after {
-        None => Some(errors::by_column(&state.pool, id).await?),
-        Some(_) => None,
+        .flatten()
+        .or(read_to);
+    let by_column = match query.counts {
+        Some(true) => Some(errors::by_column(&state.pool, id).await?),
+        _ => None,
     };
     Ok(Json(ErrorsPage {
         errors: lines,
@@ -213,7 +219,8 @@ async fn report_csv(
         let pool = pool.clone();
         async move {
             let Some(after) = after else { return Ok(None) };
-            let lines = errors::page(&pool, id, after, CSV_PAGE, errors::Only::default()).await?;
+            let (lines, _) =
+                errors::page(&pool, id, after, CSV_PAGE, errors::Only::default()).await?;
             let next = (lines.len() as i64 == CSV_PAGE)
                 .then(|| lines.last().map(|l| l.row_no))
                 .flatten();

@@ -172,20 +172,14 @@ pub fn column_names(cells: Vec<String>) -> Result<Vec<String>, FileError> {
 /// The narrowest type every value fits (text when there are none): whole numbers, decimals,
 /// yes/no, dates, timestamps, email addresses.
 fn fitting_type<'a>(values: impl Iterator<Item = &'a String> + Clone) -> ColumnType {
-    const CANDIDATES: [ColumnType; 6] = [
-        ColumnType::Integer,
-        ColumnType::Decimal,
-        ColumnType::Boolean,
-        ColumnType::Date,
-        ColumnType::Timestamp,
-        ColumnType::Email,
-    ];
     let values = values.filter(|value| !value.trim().is_empty());
     if values.clone().next().is_none() {
         return ColumnType::Text;
     }
-    CANDIDATES
-        .into_iter()
+    // Text fits everything: the others first, narrowest first.
+    ColumnType::ALL[1..]
+        .iter()
+        .copied()
         .find(|kind| {
             let column = Column {
                 name: String::new(),

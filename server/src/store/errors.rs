@@ -65,21 +65,42 @@ pub struct Only<'a> {
     pub text: Option<&'a str>,
 }
 
-/// A page of a job's errors in sheet order, after row `after`.
+/// The most errors a filtered page looks through: a filter that matches few rows of a job with
+/// a million errors must not read them all for one page (the page then says where it stopped).
+pub const FILTER_WINDOW: i64 = 20_000;
+
+/// A page of a job's errors in sheet order, after row `after`; and the row it read to when a
+/// filter found fewer than `limit` in the [`FILTER_WINDOW`] errors it looked through (the next
+/// page goes on from there).
 pub async fn page(
     pool: &PgPool,
     job_id: Uuid,
     after: i64,
     limit: i64,
     only: Only<'_>,
-) -> sqlx::Result<Vec<ReportLine>> {
-    sqlx::query_as!(
+) -> sqlx::Result<(Vec<ReportLine>, Option<i64>)> {
+    let filtered = only.column.is_some() || only.text.is_some();
+    // The last error of the window, if the job has more after it (an index-only read).
+    let window_end = if filtered {
+        sqlx::query_scalar!(
+            "select row_no from job_errors where job_id = $1 and row_no > $2
+             order by row_no offset $3 limit 1",
+            job_id,
+            after,
+            FILTER_WINDOW - 1,
+        )
+        .fetch_optional(pool)
+        .await?
+    } else {
+        None
+    };
+    let lines = sqlx::query_as!(
         ReportLine,
         r#"select row_no, column_name as column, value, message,
                problems as "problems: Json<Vec<Problem>>",
                fields as "fields: Json<Vec<String>>"
            from job_errors
-           where job_id = $1 and row_no > $2
+           where job_id = $1 and row_no > $2 and ($6::bigint is null or row_no <= $6)
              and ($4::text is null or column_name = $4
                   or problems @> jsonb_build_array(jsonb_build_object('column', $4::text)))
              and ($5::text is null or strpos(lower(message), lower($5)) > 0)
@@ -89,9 +110,12 @@ pub async fn page(
         limit,
         only.column,
         only.text,
+        window_end,
     )
     .fetch_all(pool)
-    .await
+    .await?;
+    let read_to = window_end.filter(|_| (lines.len() as i64) < limit);
+    Ok((lines, read_to))
 }
 
 /// How many of a job's rows in error have a problem in a column (`null`: the row as a whole,

@@ -498,3 +498,35 @@ async fn a_fixed_error_report_imports_its_rows_and_every_row_is_there_once() {
     assert_eq!(stranger.status(), StatusCode::UNPROCESSABLE_ENTITY);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_filter_on_many_errors_reads_a_window_at_a_time_and_says_where_it_stopped() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(5_000))).await;
+    let body = json!({ "name": "numbers", "columns": [{ "name": "n", "type": "integer" }] });
+    assert_eq!(
+        server.post_json("/api/datasets", body).await.status(),
+        StatusCode::CREATED
+    );
+    // 25,000 rows in error; one of them, far down, says something else.
+    let mut csv = String::from("n\n");
+    for i in 1..=25_000 {
+        csv.push_str(if i == 24_000 { "needle\n" } else { "x\n" });
+    }
+    let job = server.import("n.csv", csv.into_bytes(), "numbers").await;
+    let done = server.finished(job.id).await;
+    assert_eq!(done.rows_failed, 25_000);
+
+    let first: Value = server
+        .get_json(&format!("/api/jobs/{}/errors?q=needle", job.id))
+        .await;
+    assert_eq!(first["errors"], json!([]), "not in the first 20,000 errors");
+    // It stopped at the 20,000th error (sheet row 20,001) and says so.
+    assert_eq!(first["next"], 20_001);
+    let second: Value = server
+        .get_json(&format!("/api/jobs/{}/errors?q=needle&after=20001", job.id))
+        .await;
+    assert_eq!(second["errors"][0]["rowNo"], 24_001);
+    assert!(second.get("next").is_none());
+    server.stop().await;
+}
