@@ -9,6 +9,10 @@ alter table jobs
     -- The import whose error report (fixed) this import reads.
     add column fixes uuid references jobs (id) on delete set null;
 
+-- Deleting a job (retention) sets `fixes` to null in the imports that fixed it: found by this,
+-- not by a scan of every job.
+create index jobs_fixes on jobs (fixes) where fixes is not null;
+
 -- The mappings used before for a dataset, newest first, suggest the next one's.
 create index jobs_mapping_by_dataset on jobs (dataset_id, created_at desc) where mapping is not null;
 
