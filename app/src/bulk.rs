@@ -38,11 +38,12 @@ impl BulkAction {
         }
     }
 
-    /// The kinds of job it applies to (a batch is not retried: its children are).
+    /// The kinds of job it applies to (a batch is not retried: its children are; a deletion
+    /// is not cancelled: its dataset is gone already).
     pub fn applies_to_kinds(self) -> &'static [JobKind] {
         match self {
-            Self::Cancel => &JobKind::ALL,
-            Self::Retry => &[JobKind::Import, JobKind::Export],
+            Self::Cancel => &[JobKind::Import, JobKind::Export, JobKind::Batch],
+            Self::Retry => &[JobKind::Import, JobKind::Export, JobKind::Delete],
         }
     }
 

@@ -19,10 +19,12 @@ pub enum JobKind {
     Export,
     /// A parent of imports and exports, complete when sealed and its children are.
     Batch,
+    /// Removes a deleted dataset's rows (its progress counts them).
+    Delete,
 }
 
 impl JobKind {
-    pub const ALL: [Self; 3] = [Self::Import, Self::Export, Self::Batch];
+    pub const ALL: [Self; 4] = [Self::Import, Self::Export, Self::Batch, Self::Delete];
 
     /// The word in the API and the database.
     pub fn as_str(self) -> &'static str {
@@ -30,6 +32,7 @@ impl JobKind {
             Self::Import => "import",
             Self::Export => "export",
             Self::Batch => "batch",
+            Self::Delete => "delete",
         }
     }
 }
@@ -195,7 +198,13 @@ pub struct DatasetView {
     /// The owner's email; `None` for a guest.
     #[serde(default)]
     pub owner_email: Option<String>,
+    /// How many rows it holds.
+    #[serde(default)]
+    pub row_count: i64,
 }
+
+/// The most data rows an Excel sheet holds (1,048,576 rows, one of them the header).
+pub const MAX_XLSX_ROWS: i64 = 1_048_575;
 
 /// "ada@example.com", or "guest" for someone without an account.
 pub fn owner_label(email: Option<&str>) -> String {
@@ -429,6 +438,10 @@ impl JobView {
                 self.filename.as_deref().unwrap_or("a file")
             ),
             JobKind::Batch => "Batch of jobs".to_owned(),
+            JobKind::Delete => format!(
+                "Deletion of {}",
+                self.dataset.as_deref().unwrap_or("a dataset")
+            ),
             JobKind::Export => format!(
                 "Export of {} as {}",
                 self.dataset.as_deref().unwrap_or("a dataset"),
@@ -450,21 +463,38 @@ impl JobView {
         title_text(&format!("{} — {state} — Conveyor", self.title()))
     }
 
-    /// What an import did with its rows, so far: "1,170 added, 30 replaced" (a dry run: "35
-    /// rows ok"); `None` for other jobs and before any row. Rows in error are counted apart.
+    /// What a job did with rows, so far: "1,170 added, 30 replaced" (a dry run: "35 rows ok,
+    /// 3 would replace existing rows"; a deletion: "1,200 rows deleted"); `None` for other jobs and
+    /// before any row. Rows in error are counted apart.
     pub fn written_line(&self) -> Option<String> {
-        if self.job_type != JobKind::Import || self.rows_ok == 0 {
+        if self.rows_ok == 0 {
             return None;
         }
-        if self.dry_run {
-            return Some(format!("{} ok", count_of(self.rows_ok, "row")));
+        let (added, replaced) = match self.job_type {
+            JobKind::Delete => return Some(format!("{} deleted", count_of(self.rows_ok, "row"))),
+            JobKind::Import if self.dry_run => (
+                format!("{} ok", count_of(self.rows_ok, "row")),
+                self.would_replace(),
+            ),
+            JobKind::Import => (
+                format!("{} added", thousands(self.rows_ok - self.rows_updated)),
+                format!("{} replaced", thousands(self.rows_updated)),
+            ),
+            JobKind::Export | JobKind::Batch => return None,
+        };
+        Some(if self.rows_updated > 0 {
+            format!("{added}, {replaced}")
+        } else {
+            added
+        })
+    }
+
+    /// "12 would replace existing rows": a dry run's rows whose key the dataset holds.
+    fn would_replace(&self) -> String {
+        match self.rows_updated {
+            1 => "1 would replace an existing row".to_owned(),
+            n => format!("{} would replace existing rows", thousands(n)),
         }
-        let added = self.rows_ok - self.rows_updated;
-        let mut parts = vec![format!("{} added", thousands(added))];
-        if self.rows_updated > 0 {
-            parts.push(format!("{} replaced", thousands(self.rows_updated)));
-        }
-        Some(parts.join(", "))
     }
 
     /// Rows processed per second so far; `None` before any row is done.
@@ -517,8 +547,13 @@ impl JobView {
             JobStatus::Waiting => "Waiting for job to start...".to_owned(),
             JobStatus::Running => format!("Job running, {}% complete...", self.percent()),
             JobStatus::Completed if self.dry_run => format!(
-                "Dry run complete: {} ok, {} with errors; nothing was written",
+                "Dry run complete: {} ok{}, {} with errors; nothing was written",
                 count_of(self.rows_ok, "row"),
+                if self.rows_updated > 0 {
+                    format!(" ({})", self.would_replace())
+                } else {
+                    String::new()
+                },
                 thousands(self.rows_failed)
             ),
             JobStatus::Completed if self.rows_failed > 0 && self.rows_ok == 0 => format!(
@@ -647,7 +682,15 @@ mod tests {
             Some("1,170 added, 30 replaced")
         );
         done.dry_run = true;
+        assert_eq!(
+            done.written_line().as_deref(),
+            Some("1,200 rows ok, 30 would replace existing rows")
+        );
+        done.rows_updated = 0;
         assert_eq!(done.written_line().as_deref(), Some("1,200 rows ok"));
+        done.job_type = JobKind::Delete;
+        assert_eq!(done.written_line().as_deref(), Some("1,200 rows deleted"));
+        done.job_type = JobKind::Import;
         assert_eq!(
             done.page_title(),
             "Dry run of a file — completed with errors — Conveyor"

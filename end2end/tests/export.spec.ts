@@ -46,3 +46,45 @@ test('a dataset is exported from its page and the file downloaded', async ({ pag
     }
   }
 });
+
+test('a dataset shows its size and is deleted from its page, the deletion followed live', async ({ page, app }, testInfo) => {
+  const file = testInfo.outputPath('crew.csv');
+  await writeFile(file, 'name,role\nAda,engineer\nGrace,admiral\nKatherine,mathematician\n');
+  const dataset = `e2e_delete_${Date.now().toString(36)}`;
+
+  const upload = new UploadPage(page);
+  await upload.goto();
+  await upload.importFile(file, dataset);
+  worker = await Worker.start(app);
+  const job = new JobPage(page);
+  await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
+
+  await page.goto('/datasets');
+  const listed = page.getByTestId('dataset-row').filter({ hasText: dataset });
+  await expect(listed.getByTestId('dataset-row-count')).toHaveText('3');
+
+  await page.goto(`/datasets/${dataset}`);
+  await expectHydrated(page);
+  await expect(page.getByTestId('dataset-size')).toHaveText('3 rows, 2 columns');
+  await expect(page.getByTestId('xlsx-too-big')).toHaveCount(0);
+  await page.getByTestId('delete-dataset').click();
+  await expect(page.getByTestId('delete-question')).toHaveText(
+    `Delete ${dataset} and its 3 rows? This cannot be undone.`,
+  );
+  await page.getByTestId('keep-dataset').click();
+  await expect(page.getByTestId('delete-question')).toHaveCount(0);
+  await page.getByTestId('delete-dataset').click();
+  await page.getByTestId('confirm-delete').click();
+
+  await page.waitForURL(/\/jobs\/[0-9a-f-]{36}$/);
+  await expect(page.getByRole('heading', { level: 1 })).toHaveText(`Deletion of ${dataset}`);
+  await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
+  await expect(job.rows).toHaveText('3 of 3 rows');
+  await expect(page.getByTestId('job-written')).toHaveText('3 rows deleted.');
+  await expect(page.getByTestId('cancel-job')).toHaveCount(0);
+
+  await page.goto('/datasets');
+  await expect(page.getByTestId('dataset-row').filter({ hasText: dataset })).toHaveCount(0);
+  const gone = await page.request.get(`/api/datasets/${dataset}`);
+  expect(gone.status()).toBe(404);
+});

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use crate::{
     api,
-    model::{JobStatus, JobView, Remedy},
+    model::{JobKind, JobStatus, JobView, Remedy},
     session::use_session,
 };
 
@@ -18,9 +18,9 @@ pub fn JobControls(
     #[prop(into)] status: Signal<JobStatus>,
     /// Who owns the job: only they (and admins) may change it.
     owner: Uuid,
-    /// Batches are not retried (their children are).
-    #[prop(optional)]
-    batch: bool,
+    /// Batches are not retried (their children are); deletions are not cancelled (their
+    /// dataset is gone already).
+    kind: JobKind,
     /// What the job is ("Import of people.csv"): in a list of jobs, each button is named for
     /// its job.
     #[prop(optional, into)]
@@ -59,7 +59,8 @@ pub fn JobControls(
     let label = move |verb: &str| name.as_ref().map(|name| format!("{verb} {name}"));
     let (cancel_label, retry_label, fix_label) = (label("Cancel"), label("Retry"), label("Fix"));
     let finished_badly = move || matches!(status.get(), JobStatus::Failed | JobStatus::Cancelled);
-    let retryable = move || !batch && finished_badly() && remedy.read().is_none();
+    let retryable = move || kind != JobKind::Batch && finished_badly() && remedy.read().is_none();
+    let cancellable = move || kind != JobKind::Delete && live();
     let fix = move || {
         remedy.get().filter(|_| finished_badly()).map(|remedy| {
             view! {
@@ -72,7 +73,7 @@ pub fn JobControls(
     };
     view! {
         <span class="controls">
-            <Show when=live>
+            <Show when=cancellable>
                 <button class="secondary" data-testid="cancel-job" disabled=disabled title=why
                     aria-label=cancel_label.clone() on:click=act("cancel")>
                     "Cancel"

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::{
     api,
     data::{DATASET_PAGE_ROWS, get_dataset, list_datasets},
-    model::{DatasetView, dataset_href, owner_label},
+    model::{DatasetView, MAX_XLSX_ROWS, count_of, dataset_href, owner_label, thousands},
     pages::NotFound,
     session::use_session,
 };
@@ -54,6 +54,7 @@ fn DatasetTable(datasets: Vec<DatasetView>) -> impl IntoView {
                 <tr>
                     <th>"Dataset"</th>
                     {everyone.then_some(view! { <th>"Owner"</th> })}
+                    <th>"Rows"</th>
                     <th>"Columns"</th>
                     <th>"Key"</th>
                     <th>"Created"</th>
@@ -73,6 +74,7 @@ fn DatasetTable(datasets: Vec<DatasetView>) -> impl IntoView {
                                 {everyone.then(|| view! {
                                     <td>{owner_label(dataset.owner_email.as_deref())}</td>
                                 })}
+                                <td data-testid="dataset-row-count">{thousands(dataset.row_count)}</td>
                                 <td>{dataset.columns.len()}</td>
                                 <td>{dataset.key.clone().unwrap_or_else(|| "-".into())}</td>
                                 <td>{dataset.created_at.format("%Y-%m-%d %H:%M:%S").to_string()}</td>
@@ -125,16 +127,23 @@ fn Dataset(dataset: DatasetView, rows: Vec<Value>) -> impl IntoView {
     let session = use_session();
     let own = untrack(|| session.me().is_some_and(|me| me.id == dataset.owner));
     let may_create = untrack(|| session.may_create());
-    let rows_url = match own {
-        true => format!("/api/datasets/{}/rows", dataset.name),
+    let may_delete = untrack(|| session.may_change(dataset.owner));
+    // The dataset's own API address: `?owner=` when it is someone else's.
+    let api_url = |rest: &str| match own {
+        true => format!("/api/datasets/{}{rest}", dataset.name),
         false => format!(
-            "/api/datasets/{}/rows?owner={}",
+            "/api/datasets/{}{rest}?owner={}",
             dataset.name, dataset.owner
         ),
     };
+    let rows_url = api_url("/rows");
+    let delete_url = api_url("");
     view! {
         <section class="card">
             <h1>"Dataset " {dataset.name.clone()}</h1>
+            <p data-testid="dataset-size">
+                {count_of(dataset.row_count, "row")} ", " {count_of(dataset.columns.len() as i64, "column")}
+            </p>
             {(!own).then(|| view! {
                 <p class="muted" data-testid="dataset-owner">
                     "Owner: " {owner_label(dataset.owner_email.as_deref())}
@@ -150,7 +159,7 @@ fn Dataset(dataset: DatasetView, rows: Vec<Value>) -> impl IntoView {
                         "Import into this dataset"
                     </a>
                 </p>
-                <ExportButtons dataset=dataset.name.clone() />
+                <ExportButtons dataset=dataset.name.clone() rows=dataset.row_count />
             })}
             <p>
                 <a
@@ -213,13 +222,77 @@ fn Dataset(dataset: DatasetView, rows: Vec<Value>) -> impl IntoView {
                     </tbody>
                 </table>
             </div>
+            {may_delete.then(|| view! {
+                <DeleteDataset name=dataset.name.clone() rows=dataset.row_count url=delete_url />
+            })}
         </section>
     }
 }
 
-/// "Export CSV" / "Export XLSX": start an export job and follow it on its page.
+/// "Delete dataset", then a second, explicit confirmation naming what goes; the deletion's job
+/// page follows, with its progress.
 #[component]
-fn ExportButtons(dataset: String) -> impl IntoView {
+fn DeleteDataset(name: String, rows: i64, url: String) -> impl IntoView {
+    let asking = RwSignal::new(false);
+    let busy = RwSignal::new(false);
+    let error = RwSignal::new(None::<String>);
+    let navigate = use_navigate();
+    let url = StoredValue::new(url);
+    let delete = move |_| {
+        let navigate = navigate.clone();
+        busy.set(true);
+        error.set(None);
+        leptos::task::spawn_local(async move {
+            match api::call("DELETE", &url.get_value(), None).await {
+                Ok(job) => {
+                    let id = job["id"].as_str().unwrap_or_default().to_owned();
+                    navigate(&format!("/jobs/{id}"), Default::default());
+                }
+                Err(message) => {
+                    error.set(Some(message));
+                    busy.set(false);
+                }
+            }
+        });
+    };
+    let question = format!(
+        "Delete {name} and its {}? This cannot be undone.",
+        count_of(rows, "row")
+    );
+    view! {
+        <h2>"Delete"</h2>
+        <Show
+            when=move || asking.get()
+            fallback=move || view! {
+                <p class="actions">
+                    <button class="secondary" data-testid="delete-dataset"
+                        on:click=move |_| asking.set(true)>
+                        "Delete dataset"
+                    </button>
+                </p>
+            }
+        >
+            <p class="warning" data-testid="delete-question">{question.clone()}</p>
+            <p class="actions">
+                <button class="danger" data-testid="confirm-delete" disabled=move || busy.get()
+                    on:click=delete.clone()>
+                    "Delete"
+                </button>
+                " "
+                <button class="secondary" data-testid="keep-dataset" on:click=move |_| asking.set(false)>
+                    "Keep it"
+                </button>
+            </p>
+        </Show>
+        {move || error.get().map(|message| view! { <p class="error" role="alert">{message}</p> })}
+    }
+}
+
+/// "Export CSV" / "Export XLSX": start an export job and follow it on its page. XLSX is not
+/// offered for more rows than an Excel sheet holds.
+#[component]
+fn ExportButtons(dataset: String, rows: i64) -> impl IntoView {
+    let too_big_for_excel = rows > MAX_XLSX_ROWS;
     let busy = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
     let navigate = use_navigate();
@@ -249,10 +322,19 @@ fn ExportButtons(dataset: String) -> impl IntoView {
                 "Export CSV"
             </button>
             " "
-            <button data-testid="export-xlsx" disabled=move || busy.get() on:click=start("xlsx")>
+            <button data-testid="export-xlsx" disabled=move || too_big_for_excel || busy.get()
+                aria-describedby=too_big_for_excel.then_some("xlsx-too-big") on:click=start("xlsx")>
                 "Export XLSX"
             </button>
         </p>
+        {too_big_for_excel.then(|| view! {
+            <p class="muted" id="xlsx-too-big" data-testid="xlsx-too-big">
+                {format!(
+                    "XLSX is not offered: an Excel sheet holds at most {} rows.",
+                    thousands(MAX_XLSX_ROWS),
+                )}
+            </p>
+        })}
         {move || error.get().map(|message| view! { <p class="error" role="alert">{message}</p> })}
     }
 }

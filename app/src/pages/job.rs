@@ -138,8 +138,7 @@ fn LiveJob(job: JobView) -> impl IntoView {
         }
     });
     let status = move || state.read().status;
-    let is_export = move || state.read().job_type == JobKind::Export;
-    let is_batch = state.read_untracked().job_type == JobKind::Batch;
+    let kind = state.read_untracked().job_type;
     // In parts, each type-erased: one view this deep is more than the compiler will lay out.
     let heading = view! {
             // The title outlives the page by a moment when it is left: read what is still there.
@@ -157,7 +156,11 @@ fn LiveJob(job: JobView) -> impl IntoView {
             </Show>
             <Show when=move || state.read().dataset.is_some()>
                 <p class="dataset">
-                    {move || if is_export() { "from dataset " } else { "into dataset " }}
+                    {match kind {
+                        JobKind::Export => "from dataset ",
+                        JobKind::Delete => "of dataset ",
+                        JobKind::Import | JobKind::Batch => "into dataset ",
+                    }}
                     <strong>{move || state.read().dataset.clone().unwrap_or_default()}</strong>
                 </p>
             </Show>
@@ -231,11 +234,11 @@ fn LiveJob(job: JobView) -> impl IntoView {
                     status=Signal::derive(status)
                     owner
                     on_changed
-                    batch=is_batch
+                    kind
                     remedy=Signal::derive(move || state.read().remedy.clone())
                 />
             </p>
-            <Show when=move || status() == JobStatus::Completed && !is_export()>
+            <Show when=move || status() == JobStatus::Completed && kind == JobKind::Import>
                 <p>
                     <a href=move || {
                         let name = state.read().dataset.clone().unwrap_or_default();

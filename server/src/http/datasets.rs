@@ -21,10 +21,11 @@ use super::{
     identity::Caller,
 };
 use crate::{
+    jobs::{create, deletion},
     spreadsheet::schema::{self, Column},
     store::datasets,
 };
-use app::model::DatasetView;
+use app::model::{DatasetView, JobView};
 
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct CreateDataset {
@@ -63,7 +64,7 @@ pub async fn create(
     let key = request.key.as_deref().map(str::trim);
     let columns = schema::check_schema(request.columns, key).map_err(ApiError::Invalid)?;
     let owner = caller.owner(&state).await?;
-    let dataset = datasets::create(&state.pool, owner.id, name, &columns, key)
+    let dataset = create::dataset(&state.pool, owner.id, name, &columns, key)
         .await?
         .ok_or_else(|| ApiError::Conflict(format!("A dataset named \"{name}\" already exists.")))?;
     Ok((StatusCode::CREATED, Json(dataset)))
@@ -132,6 +133,37 @@ pub async fn show(
         .await?
         .map(Json)
         .ok_or_else(|| no_such_dataset(&name))
+}
+
+/// Deletes a dataset with its rows: at once it is gone from every list and its name is free;
+/// a `delete` job removes its rows, with progress like any job.
+///
+/// `DELETE /api/datasets/{name}` → 202 with the job; 409 while jobs are waiting or running on
+/// the dataset.
+#[utoipa::path(
+    delete,
+    path = "/api/datasets/{name}",
+    operation_id = "deleteDataset",
+    tag = "datasets",
+    params(("name" = String, Path, description = "The dataset's name."), OwnerQuery),
+    responses(
+        (status = 202, description = "Deleted: the job that removes its rows.", body = JobView),
+        (status = 403, description = "Viewers change nothing.", body = ErrorBody),
+        (status = 404, description = "No such dataset (or not one the caller may change).", body = ErrorBody),
+        (status = 409, description = "Jobs are waiting or running on it.", body = ErrorBody),
+    )
+)]
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(name): Path<String>,
+    query: Result<Query<OwnerQuery>, QueryRejection>,
+) -> Result<(StatusCode, Json<JobView>), ApiError> {
+    let Query(query) = query?;
+    caller.acts()?;
+    let owner = dataset_owner(&caller, query.owner).ok_or_else(|| no_such_dataset(&name))?;
+    let job = deletion::request(&state.pool, owner, &name).await?;
+    Ok((StatusCode::ACCEPTED, Json(job)))
 }
 
 fn no_such_dataset(name: &str) -> ApiError {

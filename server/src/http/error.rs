@@ -10,7 +10,9 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::{
-    auth::accounts::AccountError, incident, jobs::create::CreateError, jobs::preview::PreviewError,
+    auth::accounts::AccountError,
+    incident,
+    jobs::{create::CreateError, deletion::DeleteError, preview::PreviewError},
     store::uploads::UploadError,
 };
 
@@ -187,6 +189,18 @@ impl From<CreateError> for ApiError {
             CreateError::Database(err) => err.into(),
             CreateError::Queue(err) => Self::Internal(err.into()),
             CreateError::Preview(err) => err.into(),
+            CreateError::Deletion(err) => err.into(),
+        }
+    }
+}
+
+impl From<DeleteError> for ApiError {
+    fn from(err: DeleteError) -> Self {
+        match err {
+            DeleteError::NotFound(_) => Self::NotFound(format!("Cannot delete: {err}.")),
+            DeleteError::Busy { .. } => Self::Conflict(format!("Cannot delete: {err}.")),
+            DeleteError::Database(err) => err.into(),
+            DeleteError::Queue(err) => Self::Internal(err.into()),
         }
     }
 }

@@ -218,6 +218,12 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
         Endpoint::new(get.clone(), "/api/datasets", Anyone, datasets::list),
         Endpoint::new(get.clone(), "/api/datasets/{name}", Anyone, datasets::show),
         Endpoint::new(
+            delete.clone(),
+            "/api/datasets/{name}",
+            Anyone,
+            datasets::delete,
+        ),
+        Endpoint::new(
             get.clone(),
             "/api/datasets/{name}/rows",
             Anyone,

@@ -57,6 +57,7 @@ use super::{
         datasets::create,
         datasets::list,
         datasets::show,
+        datasets::delete,
         datasets::rows,
         account::session,
         account::sign_in,

@@ -147,29 +147,32 @@ async fn write(
         updated: 0,
         failed: parsed.errors.len() as i64,
     };
-    if job.dry_run {
-        // A dry run checks and counts the rows, and writes none.
-    } else if keyed {
+    let new_rows = if keyed {
         let (row_nos, keys, rows) = last_of_each_key(parsed);
-        let inserted =
-            datasets::upsert_rows(&mut tx, job.dataset_id, job.seq, &row_nos, &keys, &rows).await?;
-        counts.updated = counts.ok - inserted;
+        let new_rows = if job.dry_run {
+            // A dry run writes nothing: a row is new unless its key is in the dataset.
+            keys.len() as i64 - datasets::keys_present(&mut tx, job.dataset_id, &keys).await?
+        } else {
+            datasets::upsert_rows(&mut tx, job.dataset_id, job.seq, &row_nos, &keys, &rows).await?
+        };
+        counts.updated = counts.ok - new_rows;
+        new_rows
     } else {
-        datasets::insert_rows(
-            &mut tx,
-            job.dataset_id,
-            job.seq,
-            &parsed.row_nos,
-            &parsed.rows,
-        )
-        .await?;
-    }
+        if !job.dry_run {
+            let (row_nos, rows) = (&parsed.row_nos, &parsed.rows);
+            datasets::insert_rows(&mut tx, job.dataset_id, job.seq, row_nos, rows).await?;
+        }
+        counts.ok
+    };
     errors::insert(&mut tx, job_id, &parsed.errors).await?;
     let Some(added) = states::job::add_chunk(&mut tx, job_id, counts).await? else {
         // The job ended while we worked (failed or cancelled): write nothing.
         tx.rollback().await?;
         return Ok(());
     };
+    if !job.dry_run {
+        datasets::count_added(&mut tx, job.dataset_id, new_rows).await?;
+    }
     notify::job_changed(&mut tx, job_id, added.version).await?;
     if stop.is_cancelled() {
         // Stopped while writing (the job was cancelled, the lease lost, the process is

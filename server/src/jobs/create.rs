@@ -1,21 +1,29 @@
 //! Creating a job: the job row, its first task and the first notification, in one transaction.
 
-use app::model::JobView;
+use app::model::{DatasetView, JobView};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use std::path::Path;
 
-use super::preview::{self, PreviewError};
+use super::{
+    deletion::{self, DeleteError},
+    preview::{self, PreviewError},
+};
 use crate::{
     auth::Sees,
-    spreadsheet::{mapping::Mapping, reading::Reading, schema},
+    spreadsheet::{
+        mapping::Mapping,
+        output::MAX_XLSX_ROWS,
+        reading::Reading,
+        schema::{self, Column},
+    },
     store::{
         datasets,
         jobs::{self, NewJob, NewKind, Options},
         notify,
         queue::{self, Priority, TaskMsg},
-        states::ExportFormat,
+        states::{ExportFormat, dataset},
         uploads::{self, Upload},
     },
 };
@@ -41,6 +49,8 @@ pub enum CreateError {
     Queue(#[from] apalis_postgres::Error),
     #[error(transparent)]
     Preview(#[from] PreviewError),
+    #[error(transparent)]
+    Deletion(#[from] DeleteError),
 }
 
 /// A job as a create request left it: new, or the one an earlier request with the same
@@ -70,7 +80,8 @@ pub struct Import<'a> {
     pub fixes: Option<Uuid>,
 }
 
-/// Queues the import of one of `owner`'s uploads into their dataset (created when new).
+/// Queues the import of one of `owner`'s uploads into their dataset (a new, provisional one
+/// when they have none of that name: it comes into being when the import completes).
 /// `converter` reads a workbook's header when a mapping must be checked against it.
 pub async fn import(
     pool: &PgPool,
@@ -111,11 +122,12 @@ pub async fn import(
         )));
     }
     let dataset_id = if dry_run {
-        datasets::id_of(&mut tx, owner, dataset)
+        datasets::for_job(&mut tx, owner, dataset)
             .await?
             .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?
     } else {
-        datasets::ensure(&mut tx, owner, dataset).await?
+        take_over_abandoned(&mut tx, owner, dataset).await?;
+        datasets::for_import(&mut tx, owner, dataset).await?
     };
     let kind = NewKind::Import {
         upload_id,
@@ -128,6 +140,42 @@ pub async fn import(
     let inserted = jobs::insert(&mut tx, owner, dataset_id, kind, &options).await?;
     let plan = |job_id| Some(TaskMsg::Plan { job_id });
     queue_first_task(pool, tx, owner, &options, inserted, plan).await
+}
+
+/// Declares a dataset of `owner`'s: `ready` at once, with its columns and key. `None` when they
+/// have one of that name.
+pub async fn dataset(
+    pool: &PgPool,
+    owner: Uuid,
+    name: &str,
+    columns: &[Column],
+    key: Option<&str>,
+) -> Result<Option<DatasetView>, CreateError> {
+    let mut tx = pool.begin().await?;
+    take_over_abandoned(&mut tx, owner, name).await?;
+    if datasets::insert_declared(&mut tx, owner, name, columns, key)
+        .await?
+        .is_none()
+    {
+        return Ok(None);
+    }
+    tx.commit().await?;
+    Ok(datasets::find(pool, owner, name).await?)
+}
+
+/// Deletes what a failed or abandoned import of this name left, so the new dataset starts
+/// afresh; a `delete` job removes its rows, if it has any.
+async fn take_over_abandoned(
+    conn: &mut PgConnection,
+    owner: Uuid,
+    name: &str,
+) -> Result<(), CreateError> {
+    if let Some(abandoned) = dataset::take_over_abandoned(conn, owner, name).await?
+        && abandoned.row_count > 0
+    {
+        deletion::queue(conn, owner, abandoned).await?;
+    }
+    Ok(())
 }
 
 /// Refuses a mapping the import would refuse: one that fills a column twice or a column the
@@ -170,9 +218,16 @@ pub async fn export(
         options.serialize_key.as_deref().unwrap_or_default(),
     )
     .await?;
-    let dataset_id = datasets::id_of(&mut tx, owner, dataset)
+    let dataset_id = datasets::for_job(&mut tx, owner, dataset)
         .await?
         .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?;
+    let rows = datasets::row_count(&mut tx, dataset_id).await?;
+    if format == ExportFormat::Xlsx && rows > MAX_XLSX_ROWS {
+        return Err(CreateError::Invalid(format!(
+            "\"{dataset}\" has {rows} rows, more than an Excel sheet holds ({MAX_XLSX_ROWS}): \
+             export it as CSV."
+        )));
+    }
     join_batch(&mut tx, owner, &options).await?;
     let kind = NewKind::Export { format };
     let inserted = jobs::insert(&mut tx, owner, dataset_id, kind, &options).await?;

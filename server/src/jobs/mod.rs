@@ -13,6 +13,8 @@
 //! - An export ([`export`]) runs the same states with its own tasks: plan (key ranges of the
 //!   dataset), one chunk task per range (rendered rows, behind the same done-gate), and a finish
 //!   task that assembles the file and completes the job.
+//! - A deletion ([`deletion`]) is one step: it removes a deleted dataset's rows batch by
+//!   batch, each batch counted as progress, and completes when none are left.
 //! - Every transition sends `job_progress` in its transaction (see [`crate::store::notify`]).
 
 pub mod bulk;
@@ -21,6 +23,7 @@ pub mod chunk;
 pub mod control;
 pub mod convert;
 pub mod create;
+pub mod deletion;
 mod error;
 pub mod export;
 mod format;

@@ -30,7 +30,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::{Engine, Run, TaskError, chunk, export, maintenance, plan};
+use super::{Engine, Run, TaskError, chunk, deletion, export, maintenance, plan};
 use crate::{
     config::WorkerArgs,
     incident,
@@ -322,15 +322,12 @@ impl Runner {
             let version = match lease.item {
                 Item::Chunk { .. } => states::job::add_failed_chunk(&mut tx, job_id).await?,
                 Item::Step(_) => {
-                    let reason = format!(
-                        "The job could not be {} after {} attempts. {error}",
-                        if matches!(task, TaskMsg::ExportFinish { .. }) {
-                            "finished"
-                        } else {
-                            "planned"
-                        },
-                        lease.attempt
-                    );
+                    let what = match task {
+                        TaskMsg::ExportFinish { .. } => "The job could not be finished",
+                        TaskMsg::DeleteRows { .. } => "The dataset's rows could not be deleted",
+                        _ => "The job could not be planned",
+                    };
+                    let reason = format!("{what} after {} attempts. {error}", lease.attempt);
                     states::job::fail(&mut tx, job_id, &reason, None).await?
                 }
             };
@@ -360,6 +357,7 @@ async fn execute(
             export::chunk(&engine, job_id, chunk_no, run).await
         }
         TaskMsg::ExportFinish { job_id } => export::finish(&engine, job_id, &stop).await,
+        TaskMsg::DeleteRows { job_id } => deletion::run(&engine, job_id, &stop).await,
     }
 }
 

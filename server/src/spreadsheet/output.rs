@@ -19,8 +19,9 @@ use super::{
     schema::{Column, ColumnType},
 };
 
-/// The most data rows one XLSX sheet holds (Excel's 1,048,576 rows, less the header).
-pub const MAX_XLSX_ROWS: i64 = 1_048_575;
+/// The most data rows one XLSX sheet holds (shared with the pages, which offer no XLSX export
+/// of more).
+pub use app::model::MAX_XLSX_ROWS;
 
 /// The most characters an Excel cell holds.
 pub const MAX_XLSX_CELL_CHARS: usize = 32_767;

@@ -1,4 +1,5 @@
-//! Datasets and their rows.
+//! Datasets and their rows. Their states, and every change of state, are in
+//! [`super::states::dataset`].
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -10,6 +11,7 @@ use app::model::{Column, DatasetView};
 use crate::{
     auth::Sees,
     spreadsheet::{record, schema},
+    store::states::DatasetState,
 };
 
 /// `sqlx::query_as!(DatasetRow, …)`: what a [`DatasetView`] shows, from `datasets d`, with
@@ -19,7 +21,7 @@ macro_rules! select_view {
         sqlx::query_as!(
             DatasetRow,
             r#"select d.name, d.columns as "columns: Json<Vec<Column>>", d.key, d.created_at,
-                      d.owner, o.email as owner_email
+                      d.owner, o.email as owner_email, d.row_count
                from datasets d join users o on o.id = d.owner "#
                 + $rest,
             $($arg),+
@@ -34,6 +36,7 @@ struct DatasetRow {
     created_at: DateTime<Utc>,
     owner: Uuid,
     owner_email: Option<String>,
+    row_count: i64,
 }
 
 impl From<DatasetRow> for DatasetView {
@@ -45,50 +48,57 @@ impl From<DatasetRow> for DatasetView {
             created_at: row.created_at,
             owner: row.owner,
             owner_email: row.owner_email,
+            row_count: row.row_count,
         }
     }
 }
 
-/// Creates a dataset of `owner` with a declared schema; `None` when they have one with that
-/// name.
-pub async fn create(
-    pool: &PgPool,
+/// Inserts a dataset of `owner` with a declared schema, `ready` at once; `None` when they have
+/// one with that name. The caller has taken over an abandoned provisional one first
+/// ([`super::states::dataset::take_over_abandoned`]).
+pub async fn insert_declared(
+    conn: &mut PgConnection,
     owner: Uuid,
     name: &str,
     columns: &[Column],
     key: Option<&str>,
-) -> sqlx::Result<Option<DatasetView>> {
-    let created = sqlx::query_scalar!(
-        "insert into datasets (id, owner, name, columns, key) values ($1, $2, $3, $4, $5)
-         on conflict (owner, name) do nothing
+) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar!(
+        "insert into datasets (id, owner, name, columns, key, state)
+         values ($1, $2, $3, $4, $5, $6)
+         on conflict (owner, name) where state <> 'deleted' do nothing
          returning id",
         Uuid::now_v7(),
         owner,
         name,
         Json(columns) as _,
         key,
+        DatasetState::Ready as DatasetState,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// `owner`'s `ready` dataset with this name.
+pub async fn find(pool: &PgPool, owner: Uuid, name: &str) -> sqlx::Result<Option<DatasetView>> {
+    select_view!(
+        "where d.owner = $1 and d.name = $2 and d.state = $3",
+        owner,
+        name,
+        DatasetState::Ready as DatasetState,
     )
     .fetch_optional(pool)
-    .await?;
-    match created {
-        Some(_) => find(pool, owner, name).await,
-        None => Ok(None),
-    }
+    .await
+    .map(|row| row.map(DatasetView::from))
 }
 
-/// `owner`'s dataset with this name.
-pub async fn find(pool: &PgPool, owner: Uuid, name: &str) -> sqlx::Result<Option<DatasetView>> {
-    select_view!("where d.owner = $1 and d.name = $2", owner, name)
-        .fetch_optional(pool)
-        .await
-        .map(|row| row.map(DatasetView::from))
-}
-
-/// Every dataset `sees` covers, by name (then owner).
+/// Every `ready` dataset `sees` covers, by name (then owner).
 pub async fn list(pool: &PgPool, sees: Sees) -> sqlx::Result<Vec<DatasetView>> {
     select_view!(
-        "where $1::uuid is null or d.owner = $1 order by d.name, o.email nulls last, d.owner",
+        "where ($1::uuid is null or d.owner = $1) and d.state = $2
+         order by d.name, o.email nulls last, d.owner",
         sees.owner_filter(),
+        DatasetState::Ready as DatasetState,
     )
     .fetch_all(pool)
     .await
@@ -109,34 +119,71 @@ pub async fn schema(
     Ok((row.columns.0, row.key))
 }
 
-/// The id of `owner`'s dataset with this name, creating it when they have none.
-pub async fn ensure(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Result<Uuid> {
-    // `do nothing` takes no row lock on an existing dataset (a `do update` would wait for every
-    // chunk writing to it); a second statement, with a fresh snapshot, then finds it.
+/// The id of the dataset a new import of `owner`'s writes to under this name: their dataset
+/// with that name, or a new `provisional` one (which becomes `ready` when an import into it
+/// completes). The caller has taken over an abandoned provisional one first
+/// ([`super::states::dataset::take_over_abandoned`]). The dataset is locked `for share` until
+/// the caller commits, so it cannot be deleted under the new job.
+pub async fn for_import(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Result<Uuid> {
+    // `do nothing` takes no row lock on an existing dataset; the second statement, with a
+    // fresh snapshot, finds and locks it.
     let created = sqlx::query_scalar!(
-        "insert into datasets (id, owner, name) values ($1, $2, $3)
-         on conflict (owner, name) do nothing
+        "insert into datasets (id, owner, name, state) values ($1, $2, $3, $4)
+         on conflict (owner, name) where state <> 'deleted' do nothing
          returning id",
         Uuid::now_v7(),
         owner,
         name,
+        DatasetState::Provisional as DatasetState,
     )
     .fetch_optional(&mut *conn)
     .await?;
-    match created {
-        Some(id) => Ok(id),
-        None => id_of(conn, owner, name)
-            .await?
-            .ok_or(sqlx::Error::RowNotFound),
-    }
+    let id = match created {
+        Some(id) => id,
+        None => sqlx::query_scalar!(
+            "select id from datasets where owner = $1 and name = $2 and state <> $3 for share",
+            owner,
+            name,
+            DatasetState::Deleted as DatasetState,
+        )
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)?,
+    };
+    Ok(id)
 }
 
-/// The id of `owner`'s dataset with this name.
-pub async fn id_of(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Result<Option<Uuid>> {
+/// The id of `owner`'s `ready` dataset with this name, locked `for share` until the caller
+/// commits: a job created with it cannot find its dataset deleted.
+pub async fn for_job(
+    conn: &mut PgConnection,
+    owner: Uuid,
+    name: &str,
+) -> sqlx::Result<Option<Uuid>> {
     sqlx::query_scalar!(
-        "select id from datasets where owner = $1 and name = $2",
+        "select id from datasets where owner = $1 and name = $2 and state = $3 for share",
         owner,
         name,
+        DatasetState::Ready as DatasetState,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// How many rows a dataset holds.
+pub async fn row_count(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar!("select row_count from datasets where id = $1", id)
+        .fetch_one(conn)
+        .await
+}
+
+/// The id of `owner`'s `ready` dataset with this name.
+pub async fn id_of(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Result<Option<Uuid>> {
+    sqlx::query_scalar!(
+        "select id from datasets where owner = $1 and name = $2 and state = $3",
+        owner,
+        name,
+        DatasetState::Ready as DatasetState,
     )
     .fetch_optional(conn)
     .await
@@ -235,6 +282,72 @@ pub async fn upsert_rows(
         &positions,
         keys as _,
         rows as _,
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Counts rows an import added to a dataset, in the transaction that wrote them. Called after
+/// the job's counters (`states::job::add_chunk`), so that every writer locks the job's row
+/// before the dataset's.
+pub async fn count_added(conn: &mut PgConnection, id: Uuid, added: i64) -> sqlx::Result<()> {
+    if added == 0 {
+        return Ok(());
+    }
+    sqlx::query!(
+        "update datasets set row_count = row_count + $2 where id = $1",
+        id,
+        added,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Deletes up to `limit` of a dataset's rows, the first after position `after`, and counts
+/// them off. How many went, and the position to go on after.
+pub async fn delete_rows(
+    conn: &mut PgConnection,
+    id: Uuid,
+    after: i64,
+    limit: i64,
+) -> sqlx::Result<(i64, i64)> {
+    let gone = sqlx::query!(
+        r#"with doomed as (
+             select pos from dataset_rows where dataset_id = $1 and pos > $2
+             order by pos limit $3
+         ), gone as (
+             delete from dataset_rows r using doomed
+             where r.dataset_id = $1 and r.pos = doomed.pos
+             returning r.pos
+         )
+         select count(*) as "count!", coalesce(max(pos), $2) as "last!" from gone"#,
+        id,
+        after,
+        limit,
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if gone.count > 0 {
+        sqlx::query!(
+            "update datasets set row_count = row_count - $2 where id = $1",
+            id,
+            gone.count,
+        )
+        .execute(conn)
+        .await?;
+    }
+    Ok((gone.count, gone.last))
+}
+
+/// How many of `keys` (distinct) a dataset holds rows for: what a dry run counts as rows an
+/// import would replace.
+pub async fn keys_present(conn: &mut PgConnection, id: Uuid, keys: &[&str]) -> sqlx::Result<i64> {
+    sqlx::query_scalar!(
+        r#"select count(*) as "n!" from dataset_rows
+           where dataset_id = $1 and key = any($2::text[])"#,
+        id,
+        keys as _,
     )
     .fetch_one(conn)
     .await

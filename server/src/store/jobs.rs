@@ -215,9 +215,11 @@ pub enum NewKind<'a> {
     },
     /// The file format to write.
     Export { format: ExportFormat },
+    /// The rows of the (deleted) dataset to remove: the job's item count.
+    Delete { rows: i64 },
 }
 
-/// Inserts a new import or export job, `waiting`. `None` when the owner already has a job
+/// Inserts a new import, export or delete job, `waiting`. `None` when the owner already has a job
 /// with the same dedupe key.
 pub async fn insert(
     conn: &mut PgConnection,
@@ -226,6 +228,10 @@ pub async fn insert(
     kind: NewKind<'_>,
     options: &Options,
 ) -> sqlx::Result<Option<NewJob>> {
+    let item_count = match kind {
+        NewKind::Delete { rows } => Some(rows),
+        NewKind::Import { .. } | NewKind::Export { .. } => None,
+    };
     let (kind, upload_id, sheet, format, reading, mapping, dry_run, fixes) = match kind {
         NewKind::Import {
             upload_id,
@@ -254,15 +260,16 @@ pub async fn insert(
             false,
             None,
         ),
+        NewKind::Delete { .. } => (JobKind::Delete, None, None, None, None, None, false, None),
     };
     sqlx::query_as!(
         NewJob,
         "insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, format,
                            max_failures_per_item, max_row_errors, max_row_errors_percent,
                            dedupe_key, serialize_key, parent_id, callback_url, source_filename,
-                           reading, mapping, dry_run, fixes)
+                           reading, mapping, dry_run, fixes, item_count)
          values ($1, $2, $3, $4, $5, $6, $7, coalesce($8, 5), $9, $10, $11, $12, $13, $14,
-                 (select filename from uploads where id = $4), $15, $16, $17, $18)
+                 (select filename from uploads where id = $4), $15, $16, $17, $18, $19)
          on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
          returning id, ticket",
         Uuid::now_v7(),
@@ -283,6 +290,7 @@ pub async fn insert(
         mapping as _,
         dry_run,
         fixes,
+        item_count,
     )
     .fetch_optional(conn)
     .await
@@ -599,4 +607,26 @@ pub async fn export_result(
     .fetch_optional(pool)
     .await?;
     Ok(row.map(|row| (row.result_upload_id, row.name, row.format)))
+}
+
+/// A `delete` job that is still live, as a run of its step needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct DeleteJob {
+    pub dataset_id: Uuid,
+    pub status: JobStatus,
+}
+
+/// Locks a live `delete` job for one batch of its work: two runs of its step take turns.
+pub async fn lock_delete_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<DeleteJob>> {
+    sqlx::query_as!(
+        DeleteJob,
+        r#"select dataset_id as "dataset_id!", status as "status: JobStatus" from jobs
+           where id = $1 and kind = $2 and status = any($3)
+           for update"#,
+        id,
+        JobKind::Delete as JobKind,
+        &LIVE[..] as &[JobStatus],
+    )
+    .fetch_optional(conn)
+    .await
 }

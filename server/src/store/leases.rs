@@ -42,7 +42,7 @@ macro_rules! first_in_line {
 /// A work item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Item {
-    /// The job's own step: its plan, or an export's finish.
+    /// The job's own step: its plan, an export's finish, a deletion's whole work.
     Step(Uuid),
     Chunk {
         job_id: Uuid,
@@ -55,7 +55,8 @@ impl Item {
         match *task {
             TaskMsg::Plan { job_id }
             | TaskMsg::ExportPlan { job_id }
-            | TaskMsg::ExportFinish { job_id } => Item::Step(job_id),
+            | TaskMsg::ExportFinish { job_id }
+            | TaskMsg::DeleteRows { job_id } => Item::Step(job_id),
             TaskMsg::Chunk { job_id, chunk_no } | TaskMsg::ExportChunk { job_id, chunk_no } => {
                 Item::Chunk { job_id, chunk_no }
             }
@@ -414,14 +415,15 @@ pub async fn take_unqueued(
 impl Unqueued {
     fn task(&self) -> TaskMsg {
         let job_id = self.job_id;
-        let export = self.kind == JobKind::Export;
-        match (self.chunk_no, export) {
-            (Some(chunk_no), true) => TaskMsg::ExportChunk { job_id, chunk_no },
-            (Some(chunk_no), false) => TaskMsg::Chunk { job_id, chunk_no },
-            (None, false) => TaskMsg::Plan { job_id },
+        match (self.kind, self.chunk_no) {
+            (JobKind::Export, Some(chunk_no)) => TaskMsg::ExportChunk { job_id, chunk_no },
+            (_, Some(chunk_no)) => TaskMsg::Chunk { job_id, chunk_no },
             // Unsealed exports are never running (their plan starts and seals them at once).
-            (None, true) if self.waiting => TaskMsg::ExportPlan { job_id },
-            (None, true) => TaskMsg::ExportFinish { job_id },
+            (JobKind::Export, None) if self.waiting => TaskMsg::ExportPlan { job_id },
+            (JobKind::Export, None) => TaskMsg::ExportFinish { job_id },
+            // Never sealed: a deletion is one step from start to end.
+            (JobKind::Delete, None) => TaskMsg::DeleteRows { job_id },
+            (JobKind::Import | JobKind::Batch, None) => TaskMsg::Plan { job_id },
         }
     }
 }

@@ -33,12 +33,19 @@ pub enum TaskMsg {
     ExportPlan { job_id: Uuid },
     ExportChunk { job_id: Uuid, chunk_no: i32 },
     ExportFinish { job_id: Uuid },
+    DeleteRows { job_id: Uuid },
 }
 
 impl TaskMsg {
     /// Every task's name.
-    pub const KINDS: [&'static str; 5] =
-        ["plan", "chunk", "exportPlan", "exportChunk", "exportFinish"];
+    pub const KINDS: [&'static str; 6] = [
+        "plan",
+        "chunk",
+        "exportPlan",
+        "exportChunk",
+        "exportFinish",
+        "deleteRows",
+    ];
 
     /// The task's name, as its message spells it.
     pub fn kind(&self) -> &'static str {
@@ -48,6 +55,7 @@ impl TaskMsg {
             TaskMsg::ExportPlan { .. } => "exportPlan",
             TaskMsg::ExportChunk { .. } => "exportChunk",
             TaskMsg::ExportFinish { .. } => "exportFinish",
+            TaskMsg::DeleteRows { .. } => "deleteRows",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Retention: what finished jobs leave behind is deleted after a while, so no table grows
 //! without bound. A finished job's items (its chunks and their runs, row errors, export parts, and the files
-//! it read or wrote) go after `items_age`; its summary row after `jobs_age`. Uploads no job
+//! it read or wrote) go after `items_age`; its summary row after `jobs_age`, and with the last
+//! job naming it, a dataset that is deleted or was never completed. Uploads no job
 //! uses and finished queue messages go after `items_age` too. Sessions go once expired (or
 //! idle past their timeout), and
 //! guests once they have no session and own nothing (nobody can ever be them again). Each
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use super::queue;
+use super::{queue, states::DatasetState};
 
 /// Rows per statement at most.
 const BATCH: i64 = 10_000;
@@ -22,6 +23,7 @@ pub struct Pruned {
     /// Jobs whose items were deleted (their summaries stay).
     pub job_items: u64,
     pub jobs: u64,
+    pub datasets: u64,
     pub uploads: u64,
     pub messages: u64,
     pub sessions: u64,
@@ -79,6 +81,21 @@ pub async fn prune(
     .await?
     .rows_affected();
 
+    // Datasets that are not `ready` (deleted, or left provisional by a failed import) once no
+    // job names them any more; the rows a deletion did not get to go with them.
+    let datasets = sqlx::query!(
+        "delete from datasets where id in (
+             select d.id from datasets d
+             where d.state <> $2 and not exists (select 1 from jobs j where j.dataset_id = d.id)
+             limit $1
+             for update skip locked)",
+        BATCH / 100,
+        DatasetState::Ready as DatasetState,
+    )
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+
     // Files no job refers to: their jobs' items are gone, or no job was ever made; and files
     // whose sender stopped a day ago (the process receiving them died: a live one shows life
     // every minute).
@@ -128,6 +145,7 @@ pub async fn prune(
     Ok(Pruned {
         job_items,
         jobs,
+        datasets,
         uploads,
         messages,
         sessions,

@@ -162,6 +162,16 @@ impl World {
         id
     }
 
+    /// A new dataset of A's, declared (no job on it); its name.
+    async fn a_dataset(&self) -> String {
+        let name = format!("doomed_{}", Uuid::new_v4().simple());
+        let create = self.a().post(self.url("/api/datasets"));
+        let body = json!({ "name": name, "columns": [{ "name": "x" }] });
+        let created = create.json(&body).send().await.unwrap();
+        assert_eq!(created.status(), StatusCode::CREATED);
+        name
+    }
+
     /// A new open batch of A's.
     async fn open_batch(&self) -> Uuid {
         let batch = self.a().post(self.url("/api/jobs"));
@@ -309,6 +319,14 @@ impl World {
                 let url = self.url(&format!("/api/datasets/contacts?owner={}", self.a_id));
                 let seen = self.a_id.to_string();
                 (response(c.get(url)).await, expect_seen(READ, &seen, SEES_A))
+            }
+            ("DELETE", "/api/datasets/{name}") => {
+                let name = self.a_dataset().await;
+                let url = self.url(&format!("/api/datasets/{name}?owner={}", self.a_id));
+                (
+                    response(c.delete(url)).await,
+                    expect([202, 404, 403, 202, 404, 404]),
+                )
             }
             ("GET", "/api/datasets/{name}/rows") => {
                 let url = self.url(&format!("/api/datasets/contacts/rows?owner={}", self.a_id));

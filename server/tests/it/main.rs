@@ -12,6 +12,7 @@ mod access;
 mod accounts;
 mod api_flow;
 mod bulk;
+mod dataset_lifecycle;
 mod datasets;
 mod defences;
 mod exactly_once;

@@ -6,7 +6,7 @@
 use app::model::{ExportFormat, JobKind, JobStatus};
 use server::store::{
     queue::{self, Priority, TaskMsg},
-    states::ChunkState,
+    states::{ChunkState, DatasetState},
 };
 use sqlx::PgPool;
 
@@ -62,12 +62,7 @@ async fn state_enums_match_their_postgres_types() {
         &[Waiting, Running, Completed, Failed, Cancelled],
     )
     .await;
-    round_trips(
-        &db.pool,
-        "job_kind",
-        &[JobKind::Import, JobKind::Export, JobKind::Batch],
-    )
-    .await;
+    round_trips(&db.pool, "job_kind", &JobKind::ALL).await;
     round_trips(
         &db.pool,
         "export_format",
@@ -76,6 +71,12 @@ async fn state_enums_match_their_postgres_types() {
     .await;
     let chunk = [ChunkState::Pending, ChunkState::Done, ChunkState::Failed];
     round_trips(&db.pool, "chunk_state", &chunk).await;
+    let dataset = [
+        DatasetState::Provisional,
+        DatasetState::Ready,
+        DatasetState::Deleted,
+    ];
+    round_trips(&db.pool, "dataset_state", &dataset).await;
 }
 
 #[tokio::test]

@@ -19,7 +19,7 @@ use crate::{
     data::list_jobs,
     job_list::{Cursor, JobPage, ListQuery, PageAt},
     live,
-    model::{JobKind, JobView, duration, owner_label, thousands},
+    model::{JobView, duration, owner_label, thousands},
     pages::controls::JobControls,
     session::use_session,
     zone::{LocalTime, use_zone},
@@ -223,7 +223,7 @@ fn JobRow(
     on_changed: Callback<JobView>,
 ) -> impl IntoView {
     let (id, status, owner) = (job.id, job.status, job.owner);
-    let batch = job.job_type == JobKind::Batch;
+    let kind = job.job_type;
     let title = job.title();
     let progress = match job.item_count {
         Some(count) => format!(
@@ -266,7 +266,7 @@ fn JobRow(
             <td class="when"><LocalTime at=job.created_at /></td>
             <td class="when">{took}</td>
             <td class="actions">
-                <JobControls id status=Signal::stored(status) owner on_changed batch name=title
+                <JobControls id status=Signal::stored(status) owner on_changed kind name=title
                     remedy=job.remedy.clone() />
             </td>
         </tr>

@@ -5,7 +5,7 @@
 use sqlx::{PgConnection, types::Json};
 use uuid::Uuid;
 
-use super::{JobKind, JobStatus, LIVE, chunk};
+use super::{DatasetState, JobKind, JobStatus, LIVE, chunk, dataset};
 use crate::{auth::Sees, spreadsheet::csv::RowFormat};
 use app::model::Remedy;
 
@@ -174,11 +174,11 @@ async fn stop_over_row_error_limit(conn: &mut PgConnection, id: Uuid) -> sqlx::R
     .await
 }
 
-/// `running` → `completed` (an import) or `failed` (any job with a failed chunk) once every
-/// chunk of its sealed plan is done or failed. An export whose chunks are all done goes on to
+/// `running` → `completed` (an import, whose dataset is then `ready`) or `failed` (any job with
+/// a failed chunk) once every chunk of its sealed plan is done or failed. An export whose chunks are all done goes on to
 /// its finish step instead ([`complete_export`]).
 async fn end_if_all_chunks_ended(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar!(
+    let ended = sqlx::query_scalar!(
         "update jobs set
              status = case when chunks_failed = 0 then $3::job_status else $4 end,
              error = case when chunks_failed = 0 then error
@@ -197,8 +197,13 @@ async fn end_if_all_chunks_ended(conn: &mut PgConnection, id: Uuid) -> sqlx::Res
         Failed as JobStatus,
         JobKind::Import as JobKind,
     )
-    .fetch_optional(conn)
-    .await
+    .fetch_optional(&mut *conn)
+    .await?;
+    if ended.is_some() {
+        // The dataset an import made comes into being when the import completes.
+        dataset::ready_after(conn, id).await?;
+    }
+    Ok(ended)
 }
 
 /// Counts a chunk of a `running` job that ran out of attempts; the job ends (`failed`) when it
@@ -244,9 +249,45 @@ pub async fn complete_export(
     .await
 }
 
+/// Counts rows a `running` deletion removed.
+pub async fn add_rows_deleted(
+    conn: &mut PgConnection,
+    id: Uuid,
+    rows: i64,
+) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        "update jobs set item_progress = item_progress + $2, rows_ok = rows_ok + $2,
+             item_count = greatest(item_count, item_progress + $2), version = version + 1
+         where id = $1 and status = $3 and kind = $4
+         returning version",
+        id,
+        rows,
+        Running as JobStatus,
+        JobKind::Delete as JobKind,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
+/// A `running` deletion whose dataset has no rows left → `completed`.
+pub async fn complete_delete(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar!(
+        "update jobs set status = $2, finished_at = now(), item_count = item_progress,
+             version = version + 1
+         where id = $1 and status = $3 and kind = $4
+         returning version",
+        id,
+        Completed as JobStatus,
+        Running as JobStatus,
+        JobKind::Delete as JobKind,
+    )
+    .fetch_optional(conn)
+    .await
+}
+
 /// `waiting`/`running` → `cancelled`, for each of `ids` that `acts` covers, with the live
-/// children of those that are batches. Every job cancelled, with its new version; none when
-/// they had all ended.
+/// children of those that are batches (a `delete` job goes on: its dataset is gone already).
+/// Every job cancelled, with its new version; none when they had all ended.
 pub async fn cancel(
     conn: &mut PgConnection,
     ids: &[Uuid],
@@ -255,7 +296,7 @@ pub async fn cancel(
     lock_in_order(conn, ids, acts, true).await?;
     let cancelled = sqlx::query!(
         "update jobs set status = $3, finished_at = now(), version = version + 1
-         where status = any($4)
+         where status = any($4) and kind <> $5
            and (id = any($1) and ($2::uuid is null or owner = $2)
                 or parent_id = any($1) and exists (
                     select 1 from jobs p where p.id = jobs.parent_id and p.status = any($4)
@@ -265,6 +306,7 @@ pub async fn cancel(
         acts.owner_filter(),
         Cancelled as JobStatus,
         &LIVE[..] as &[JobStatus],
+        JobKind::Delete as JobKind,
     )
     .fetch_all(conn)
     .await?;
@@ -275,7 +317,8 @@ pub async fn cancel(
 }
 
 /// `failed`/`cancelled` → `waiting`, for each of `ids` that `acts` covers whose items are still
-/// kept (not a batch, nor a failure with a remedy, which would fail the same way): what it had not done (its failed and pending chunks, or its plan) gets
+/// kept (not a batch, nor a failure with a remedy, which would fail the same way, nor an
+/// import or export of a deleted dataset): what it had not done (its failed and pending chunks, or its plan) gets
 /// fresh attempts, and re-queueing queues them. Rows already written stay. Every job retried,
 /// with its new version.
 pub async fn retry(
@@ -294,12 +337,16 @@ pub async fn retry(
              version = version + 1
          where id = any($1) and status = any($4) and items_pruned_at is null
            and kind <> $5 and ($2::uuid is null or owner = $2) and remedy is null
+           and (kind = $6 or not exists (select 1 from datasets d
+                                         where d.id = jobs.dataset_id and d.state = $7))
          returning id, version",
         ids,
         acts.owner_filter(),
         Waiting as JobStatus,
         &[Failed, Cancelled] as &[JobStatus],
         JobKind::Batch as JobKind,
+        JobKind::Delete as JobKind,
+        DatasetState::Deleted as DatasetState,
     )
     .fetch_all(&mut *conn)
     .await?;

@@ -18,7 +18,8 @@
 //!                   └── cancel ──────────────────────┴──────────────────────────▶ cancelled
 //! ```
 //!
-//! A batch is created `running`, takes children until sealed, and is settled `completed` (every
+//! A deletion's one step starts it and completes it once its dataset has no rows left; it is
+//! never cancelled (its dataset is gone already). A batch is created `running`, takes children until sealed, and is settled `completed` (every
 //! child completed) or `failed` once they have all ended; cancelling it cancels its live
 //! children. Every transition bumps the job's `version` and the caller notifies
 //! (`store::notify`) in the same transaction.
@@ -26,9 +27,16 @@
 //! A chunk ([`ChunkState`], transitions in [`chunk`]): `pending` → `done` when its rows commit
 //! (or is recorded `done` at once, for a streamed sheet); `pending` → `failed` when an attempt
 //! fails or its lease expires with no attempts left; back to `pending` when its job is retried.
+//!
+//! A dataset ([`DatasetState`], transitions in [`dataset`]): `provisional` until an import into
+//! it completes, then `ready`; `deleted` when its owner deletes it or a new import takes over
+//! what a failed one left.
 
 pub mod chunk;
+pub mod dataset;
 pub mod job;
+
+pub use dataset::DatasetState;
 
 pub use app::model::{ExportFormat, JobKind, JobStatus};
 
