@@ -7,19 +7,25 @@ create type dataset_state as enum ('provisional', 'ready', 'deleted');
 
 alter table datasets
     add column state dataset_state not null default 'ready',
+    -- Its columns and key were declared (`POST /api/datasets`, or `newDataset` with the import
+    -- that makes it), not taken from a file's header: a new import that takes over a
+    -- provisional one keeps them.
+    add column declared boolean not null default false,
     -- Maintained by every write of rows, in the same transaction: exact, and free to read.
     add column row_count bigint not null default 0;
 
 update datasets d set row_count = (select count(*) from dataset_rows r where r.dataset_id = d.id);
 
 -- What failed or abandoned imports left (the empty datasets nothing could delete): provisional
--- until an import into them completes. A declared dataset no import has touched stays.
+-- until an import into them completes. Only datasets an import made (in its own transaction,
+-- so at the same `now()`) and no import filled; a declared one stays.
 update datasets d set state = 'provisional'
 where row_count = 0
+  and exists (select 1 from jobs j
+              where j.dataset_id = d.id and j.kind = 'import' and j.created_at = d.created_at)
   and not exists (select 1 from jobs j
                   where j.dataset_id = d.id and j.kind = 'import' and j.status = 'completed'
-                    and not j.dry_run)
-  and (columns = '[]' or exists (select 1 from jobs j where j.dataset_id = d.id));
+                    and not j.dry_run);
 
 -- Names are unique among the datasets that are not deleted.
 alter table datasets drop constraint datasets_owner_name;

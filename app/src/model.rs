@@ -257,6 +257,9 @@ pub struct JobView {
     #[serde(default)]
     pub fixes: Option<Uuid>,
     pub dataset: Option<String>,
+    /// Its dataset has been deleted since (an import or export of it is not retried).
+    #[serde(default)]
+    pub dataset_deleted: bool,
     /// An export's file format.
     pub format: Option<ExportFormat>,
     /// Where a finished export's file is downloaded.
@@ -648,6 +651,7 @@ mod tests {
             rows_updated: 0,
             chunks_total: 0,
             chunks_done: 0,
+            dataset_deleted: false,
             version: 1,
             error: None,
             filename: None,

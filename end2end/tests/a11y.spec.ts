@@ -1,6 +1,6 @@
 // An accessibility scan (axe-core, WCAG 2.1 A and AA rules) of every page a person importing
 // files goes through: upload, review, the job (waiting and done), the job list, datasets and a
-// dataset, and signing in or up. A rule broken anywhere fails the test, naming the rule and the elements.
+// dataset (and deleting it), and signing in or up. A rule broken anywhere fails the test, naming the rule and the elements.
 import AxeBuilder from '@axe-core/playwright';
 import type { Page } from '@playwright/test';
 import { Worker, expect, test } from './app';
@@ -52,4 +52,13 @@ test('the pages of an import pass an accessibility scan', async ({ page, app }) 
     await page.goto(path);
     await expectAccessible(page, path);
   }
+
+  await page.goto(`/datasets/${dataset}`);
+  await expectHydrated(page);
+  await page.getByTestId('delete-dataset').click();
+  await expectAccessible(page, 'a dataset asking whether to delete it');
+  await page.getByTestId('confirm-delete').click();
+  await page.waitForURL(/\/jobs\/[0-9a-f-]{36}$/);
+  await expect(page.getByTestId('job-message')).toHaveText('Job complete', { timeout: 60_000 });
+  await expectAccessible(page, 'a finished deletion');
 });

@@ -28,6 +28,9 @@ pub fn JobControls(
     /// What fixes the job's failure, when retrying cannot.
     #[prop(optional, into)]
     remedy: MaybeProp<Remedy>,
+    /// Its dataset has been deleted: an import or export of it is not retried.
+    #[prop(optional)]
+    dataset_deleted: bool,
     /// Called with the job as the server answered.
     on_changed: Callback<JobView>,
 ) -> impl IntoView {
@@ -59,7 +62,10 @@ pub fn JobControls(
     let label = move |verb: &str| name.as_ref().map(|name| format!("{verb} {name}"));
     let (cancel_label, retry_label, fix_label) = (label("Cancel"), label("Retry"), label("Fix"));
     let finished_badly = move || matches!(status.get(), JobStatus::Failed | JobStatus::Cancelled);
-    let retryable = move || kind != JobKind::Batch && finished_badly() && remedy.read().is_none();
+    let retryable = move || {
+        let gone = dataset_deleted && kind != JobKind::Delete;
+        kind != JobKind::Batch && !gone && finished_badly() && remedy.read().is_none()
+    };
     let cancellable = move || kind != JobKind::Delete && live();
     let fix = move || {
         remedy.get().filter(|_| finished_badly()).map(|remedy| {

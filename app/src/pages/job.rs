@@ -162,6 +162,8 @@ fn LiveJob(job: JobView) -> impl IntoView {
                         JobKind::Import | JobKind::Batch => "into dataset ",
                     }}
                     <strong>{move || state.read().dataset.clone().unwrap_or_default()}</strong>
+                    {move || (state.read().dataset_deleted && kind != JobKind::Delete)
+                        .then_some(" (deleted since)")}
                 </p>
             </Show>
             <ImportReview job=state />
@@ -235,6 +237,7 @@ fn LiveJob(job: JobView) -> impl IntoView {
                     owner
                     on_changed
                     kind
+                    dataset_deleted=state.read_untracked().dataset_deleted
                     remedy=Signal::derive(move || state.read().remedy.clone())
                 />
             </p>

@@ -164,7 +164,6 @@ pub fn ReviewPage() -> impl IntoView {
         let Some(Ok(seen)) = preview.get_untracked() else {
             return;
         };
-        let target_signal = target;
         let target = target.get_untracked();
         let reading = reading.get_untracked();
         let chosen = mapping.get_untracked();
@@ -173,13 +172,8 @@ pub fn ReviewPage() -> impl IntoView {
         busy.set(true);
         error.set(None);
         leptos::task::spawn_local(async move {
-            // Made: from now on the dataset is one of theirs (a failed start can be tried again).
-            let made = move |dataset| {
-                datasets.refetch();
-                target_signal.set(Target::Existing(dataset));
-            };
             let started = start_job(
-                run, upload, fixes, &seen, &target, &reading, &chosen, &columns, made,
+                run, upload, fixes, &seen, &target, &reading, &chosen, &columns,
             )
             .await;
             match started {
@@ -617,9 +611,10 @@ fn MappingTable(
     }
 }
 
-/// Creates the new dataset (if it is one: `made` then hears of it), then the dry run or
-/// import; the job's id. Only what the person chose is sent of the delimiter and encoding (the
-/// import finds the rest over the whole file, the preview only saw its start).
+/// Starts the dry run or import (into a new dataset: declared with it, the dataset comes into
+/// being when an import into it completes, so an abandoned review leaves nothing); the job's
+/// id. Only what the person chose is sent of the delimiter and encoding (the import finds the
+/// rest over the whole file, the preview only saw its start).
 #[allow(clippy::too_many_arguments)]
 async fn start_job(
     run: Run,
@@ -630,31 +625,21 @@ async fn start_job(
     reading: &Reading,
     chosen: &[Option<String>],
     new_columns: &[NewColumn],
-    made: impl FnOnce(DatasetView),
 ) -> Result<String, String> {
-    let (dataset, targets): (String, Vec<Option<String>>) = match target {
+    let (dataset, targets, new_dataset) = match target {
         Target::Unchosen => return Err("Choose a dataset first.".into()),
-        Target::Existing(dataset) => (dataset.name.clone(), chosen.to_vec()),
+        Target::Existing(dataset) => (dataset.name.clone(), chosen.to_vec(), None),
         Target::New(name) => {
             let columns: Vec<Value> = new_columns
                 .iter()
                 .filter(|c| c.include)
                 .map(|c| json!({ "name": c.name.trim(), "type": c.kind.as_str() }))
                 .collect();
-            let created = api::call(
-                "POST",
-                "/api/datasets",
-                Some(json!({ "name": name, "columns": columns })),
-            )
-            .await?;
-            if let Ok(dataset) = serde_json::from_value::<DatasetView>(created) {
-                made(dataset);
-            }
             let targets = new_columns
                 .iter()
                 .map(|c| c.include.then(|| c.name.trim().to_owned()))
                 .collect();
-            (name.clone(), targets)
+            (name.clone(), targets, Some(json!({ "columns": columns })))
         }
     };
     let mapping: BTreeMap<&str, Option<String>> = seen
@@ -673,6 +658,7 @@ async fn start_job(
         "encoding": reading.encoding,
         "mapping": mapping,
         "fixes": fixes,
+        "newDataset": new_dataset,
     }))
     .await
 }

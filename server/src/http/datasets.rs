@@ -22,7 +22,7 @@ use super::{
 };
 use crate::{
     jobs::{create, deletion},
-    spreadsheet::schema::{self, Column},
+    spreadsheet::schema::{self, Column, Declared},
     store::datasets,
 };
 use app::model::{DatasetView, JobView};
@@ -30,10 +30,24 @@ use app::model::{DatasetView, JobView};
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct CreateDataset {
     name: String,
+    #[serde(flatten)]
+    schema: NewDataset,
+}
+
+/// A dataset's columns and key, declared.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct NewDataset {
     columns: Vec<Column>,
     /// The column whose value identifies a row: a row imported with a key already there
     /// replaces that row.
     key: Option<String>,
+}
+
+impl NewDataset {
+    /// The schema, checked (422 when it is not one).
+    pub fn check(&self) -> Result<Declared, ApiError> {
+        Declared::check(self.columns.clone(), self.key.as_deref()).map_err(ApiError::Invalid)
+    }
 }
 
 /// Declares a dataset: its columns, their types, and its key.
@@ -61,10 +75,9 @@ pub async fn create(
     let Json(request) = body?;
     let name = request.name.trim();
     schema::check_dataset_name(name).map_err(ApiError::Invalid)?;
-    let key = request.key.as_deref().map(str::trim);
-    let columns = schema::check_schema(request.columns, key).map_err(ApiError::Invalid)?;
+    let declared = request.schema.check()?;
     let owner = caller.owner(&state).await?;
-    let dataset = create::dataset(&state.pool, owner.id, name, &columns, key)
+    let dataset = create::dataset(&state.pool, owner.id, name, &declared)
         .await?
         .ok_or_else(|| ApiError::Conflict(format!("A dataset named \"{name}\" already exists.")))?;
     Ok((StatusCode::CREATED, Json(dataset)))

@@ -190,6 +190,7 @@ impl From<CreateError> for ApiError {
             CreateError::Queue(err) => Self::Internal(err.into()),
             CreateError::Preview(err) => err.into(),
             CreateError::Deletion(err) => err.into(),
+            CreateError::Conflict(message) => Self::Conflict(message),
         }
     }
 }

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::{
     AppState,
+    datasets::NewDataset,
     error::{ApiError, ErrorBody},
     identity::Caller,
     quotas,
@@ -26,11 +27,16 @@ use crate::{
         control,
         create::{self, CreateError},
     },
-    spreadsheet::{mapping::Mapping, reading::Reading, schema},
+    spreadsheet::{
+        mapping::Mapping,
+        reading::Reading,
+        schema::{self, Declared},
+    },
     store::{
-        history,
+        datasets, history,
         job_list::{self, Owners},
         jobs::{self, Options},
+        states::DatasetState,
     },
 };
 
@@ -38,7 +44,7 @@ static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 use app::{
     history::JobHistory,
     job_list::{JobPage, ListQuery},
-    model::{ExportFormat, JobStatus, JobView},
+    model::{ExportFormat, JobKind, JobStatus, JobView},
 };
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -73,6 +79,10 @@ pub struct CreateJob {
     /// For an import: the id of the import whose error report (fixed) this file is; the new
     /// job links back to it. The report's `_row` and `_error` columns are ignored.
     fixes: Option<Uuid>,
+    /// For an import or a dry run into a new dataset: its columns and key. The dataset comes
+    /// into being when an import into it completes (a dry run's import keeps them); 409 when
+    /// the caller has a dataset of that name.
+    new_dataset: Option<NewDataset>,
     /// For an export: `csv` (the default) or `xlsx`.
     #[schema(value_type = Option<ExportFormat>)]
     format: Option<String>,
@@ -125,7 +135,7 @@ enum What<'a> {
 const MAX_KEY_CHARS: usize = 200;
 
 impl CreateJob {
-    fn what(&self) -> Result<What<'_>, ApiError> {
+    fn what<'a>(&'a self, new_dataset: Option<&'a Declared>) -> Result<What<'a>, ApiError> {
         let dataset = |missing: &str| {
             self.dataset
                 .as_deref()
@@ -155,6 +165,7 @@ impl CreateJob {
                 mapping: self.mapping.as_ref(),
                 dry_run: kind == "validate",
                 fixes: self.fixes,
+                new_dataset,
             }),
             "export" => {
                 let format = create::parse_format(self.format.as_deref().unwrap_or("csv"))?;
@@ -294,7 +305,12 @@ pub async fn create(
         .transpose()?;
     let mut options = request.options(idempotency_key, &state.callbacks)?;
     options.active_jobs_limit = Some(state.limits.active_jobs);
-    let what = request.what()?;
+    let new_dataset = request
+        .new_dataset
+        .as_ref()
+        .map(NewDataset::check)
+        .transpose()?;
+    let what = request.what(new_dataset.as_ref())?;
     if caller.me().is_none() {
         // A visitor owns no upload, dataset or batch: whatever the request names does not
         // exist for them, and they do not become a guest for a request that cannot succeed.
@@ -366,9 +382,17 @@ pub async fn import_dry_run(
             "Only a dry run that completed can be imported.".into(),
         ));
     }
-    let checked = jobs::import_job(&mut *state.pool.acquire().await?, id)
+    let mut conn = state.pool.acquire().await?;
+    let checked = jobs::import_job(&mut conn, id)
         .await?
         .ok_or_else(|| no_such_job(id))?;
+    if datasets::state_of(&mut conn, checked.dataset_id).await? == DatasetState::Deleted {
+        return Err(ApiError::Conflict(
+            "The dataset this dry run checked has been deleted since: import the file again."
+                .into(),
+        ));
+    }
+    drop(conn);
     let dataset = job.dataset.as_deref().ok_or_else(|| no_such_job(id))?;
     let mapping = job.mapping.as_ref();
     let import = create::Import {
@@ -379,6 +403,7 @@ pub async fn import_dry_run(
         mapping,
         dry_run: false,
         fixes: job.fixes,
+        new_dataset: None,
     };
     let options = Options {
         active_jobs_limit: Some(state.limits.active_jobs),
@@ -485,14 +510,19 @@ pub async fn retry(
     let limit = matches!(acts, Sees::OwnedBy(_)).then_some(state.limits.active_jobs);
     let outcome = control::retry(&state.pool, id, acts, limit).await?;
     if matches!(outcome, control::Outcome::NotApplicable)
-        && let Some(remedy) = jobs::find(&state.pool, id, acts)
-            .await?
-            .and_then(|job| job.remedy)
+        && let Some(job) = jobs::find(&state.pool, id, acts).await?
     {
-        return Err(ApiError::Conflict(format!(
-            "Retrying would fail the same way: {} instead.",
-            remedy.action()
-        )));
+        if let Some(remedy) = job.remedy {
+            return Err(ApiError::Conflict(format!(
+                "Retrying would fail the same way: {} instead.",
+                remedy.action()
+            )));
+        }
+        if job.dataset_deleted && job.job_type != JobKind::Delete {
+            return Err(ApiError::Conflict(
+                "Its dataset has been deleted since: there is nothing to retry into.".into(),
+            ));
+        }
     }
     answer(
         &state,

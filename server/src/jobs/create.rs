@@ -16,14 +16,14 @@ use crate::{
         mapping::Mapping,
         output::MAX_XLSX_ROWS,
         reading::Reading,
-        schema::{self, Column},
+        schema::{self, Declared},
     },
     store::{
         datasets,
         jobs::{self, NewJob, NewKind, Options},
         notify,
         queue::{self, Priority, TaskMsg},
-        states::{ExportFormat, dataset},
+        states::{DatasetState, ExportFormat, dataset},
         uploads::{self, Upload},
     },
 };
@@ -51,6 +51,8 @@ pub enum CreateError {
     Preview(#[from] PreviewError),
     #[error(transparent)]
     Deletion(#[from] DeleteError),
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// A job as a create request left it: new, or the one an earlier request with the same
@@ -78,6 +80,9 @@ pub struct Import<'a> {
     pub dry_run: bool,
     /// The owner's import whose error report, fixed, this file is.
     pub fixes: Option<Uuid>,
+    /// The dataset is new, with these columns and key: made `provisional` with the job, it
+    /// comes into being when an import into it completes.
+    pub new_dataset: Option<&'a Declared>,
 }
 
 /// Queues the import of one of `owner`'s uploads into their dataset (a new, provisional one
@@ -98,6 +103,7 @@ pub async fn import(
         mapping,
         dry_run,
         fixes,
+        new_dataset: _,
     } = import;
     schema::check_dataset_name(dataset).map_err(CreateError::Invalid)?;
     let upload = uploads::find(pool, upload_id, Sees::OwnedBy(owner))
@@ -121,14 +127,7 @@ pub async fn import(
             "\"fixes\" must be one of your imports; no import of yours has the id {fixed}."
         )));
     }
-    let dataset_id = if dry_run {
-        datasets::for_job(&mut tx, owner, dataset)
-            .await?
-            .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?
-    } else {
-        take_over_abandoned(&mut tx, owner, dataset).await?;
-        datasets::for_import(&mut tx, owner, dataset).await?
-    };
+    let dataset_id = import_target(&mut tx, owner, &import).await?;
     let kind = NewKind::Import {
         upload_id,
         sheet,
@@ -148,12 +147,12 @@ pub async fn dataset(
     pool: &PgPool,
     owner: Uuid,
     name: &str,
-    columns: &[Column],
-    key: Option<&str>,
+    declared: &Declared,
 ) -> Result<Option<DatasetView>, CreateError> {
     let mut tx = pool.begin().await?;
     take_over_abandoned(&mut tx, owner, name).await?;
-    if datasets::insert_declared(&mut tx, owner, name, columns, key)
+    let ready = DatasetState::Ready;
+    if datasets::insert_declared(&mut tx, owner, name, declared, ready)
         .await?
         .is_none()
     {
@@ -164,18 +163,50 @@ pub async fn dataset(
 }
 
 /// Deletes what a failed or abandoned import of this name left, so the new dataset starts
-/// afresh; a `delete` job removes its rows, if it has any.
+/// afresh; a `delete` job removes its rows, if it has any. The schema it was declared with, if
+/// it was: the new dataset keeps it (a dry run into a new dataset declares it; the import that
+/// follows takes it over).
 async fn take_over_abandoned(
     conn: &mut PgConnection,
     owner: Uuid,
     name: &str,
-) -> Result<(), CreateError> {
-    if let Some(abandoned) = dataset::take_over_abandoned(conn, owner, name).await?
-        && abandoned.row_count > 0
-    {
-        deletion::queue(conn, owner, abandoned).await?;
+) -> Result<Option<Declared>, CreateError> {
+    let Some(abandoned) = dataset::take_over_abandoned(conn, owner, name).await? else {
+        return Ok(None);
+    };
+    if abandoned.doomed.row_count > 0 {
+        deletion::queue(conn, owner, abandoned.doomed).await?;
     }
-    Ok(())
+    Ok(abandoned.declared)
+}
+
+/// The dataset a new import (or dry run) of `owner`'s writes to: the one it declares
+/// (`provisional`, refused when they have one of that name), their `ready` one of that name
+/// (a dry run needs one), or a new `provisional` one.
+async fn import_target(
+    conn: &mut PgConnection,
+    owner: Uuid,
+    import: &Import<'_>,
+) -> Result<Uuid, CreateError> {
+    let name = import.dataset;
+    if import.dry_run && import.new_dataset.is_none() {
+        return datasets::for_job(conn, owner, name)
+            .await?
+            .ok_or_else(|| CreateError::DatasetNotFound(name.to_owned()));
+    }
+    let inherited = take_over_abandoned(conn, owner, name).await?;
+    let Some(declared) = import.new_dataset.or(inherited.as_ref()) else {
+        return Ok(datasets::for_import(conn, owner, name).await?);
+    };
+    let provisional = DatasetState::Provisional;
+    datasets::insert_declared(conn, owner, name, declared, provisional)
+        .await?
+        .ok_or_else(|| {
+            CreateError::Conflict(format!(
+                "You have a dataset named \"{name}\" already (or an import is making it): \
+                 import into it, or choose another name."
+            ))
+        })
 }
 
 /// Refuses a mapping the import would refuse: one that fills a column twice or a column the
@@ -195,10 +226,12 @@ async fn check_mapping(
     let header = preview::header(pool, converter, upload, read_as)
         .await?
         .map_err(|problem| CreateError::Invalid(format!("The file cannot be mapped: {problem}")))?;
-    let mut conn = pool.acquire().await?;
-    let columns = match datasets::id_of(&mut conn, owner, import.dataset).await? {
-        Some(id) => datasets::schema(&mut conn, id).await?.0,
-        None => Vec::new(),
+    let columns = match import.new_dataset {
+        Some(declared) => declared.columns.clone(),
+        None => {
+            let mut conn = pool.acquire().await?;
+            datasets::columns_for_import(&mut conn, owner, import.dataset).await?
+        }
     };
     preview::check_mapping(&header, mapping, &columns).map_err(CreateError::Invalid)
 }

@@ -44,6 +44,23 @@ pub fn check_sheet_name(sheet: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A dataset's columns and key as someone declared them, checked ([`check_schema`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declared {
+    pub columns: Vec<Column>,
+    pub key: Option<String>,
+}
+
+impl Declared {
+    pub fn check(columns: Vec<Column>, key: Option<&str>) -> Result<Self, String> {
+        let key = key.map(str::trim);
+        Ok(Declared {
+            columns: check_schema(columns, key)?,
+            key: key.map(str::to_owned),
+        })
+    }
+}
+
 /// Checks a declared schema: at least one column, names non-empty and distinct, at most
 /// [`MAX_COLUMNS`], a key that is one of the columns. The key column becomes required, since
 /// a row without a key value cannot be matched.

@@ -10,7 +10,10 @@ use app::model::{Column, DatasetView};
 
 use crate::{
     auth::Sees,
-    spreadsheet::{record, schema},
+    spreadsheet::{
+        record,
+        schema::{self, Declared},
+    },
     store::states::DatasetState,
 };
 
@@ -53,27 +56,28 @@ impl From<DatasetRow> for DatasetView {
     }
 }
 
-/// Inserts a dataset of `owner` with a declared schema, `ready` at once; `None` when they have
-/// one with that name. The caller has taken over an abandoned provisional one first
+/// Inserts a dataset of `owner` with a declared schema: `ready` (declared on its own) or
+/// `provisional` (declared with the import that makes it). `None` when they have one with that
+/// name. The caller has taken over an abandoned provisional one first
 /// ([`super::states::dataset::take_over_abandoned`]).
 pub async fn insert_declared(
     conn: &mut PgConnection,
     owner: Uuid,
     name: &str,
-    columns: &[Column],
-    key: Option<&str>,
+    declared: &Declared,
+    state: DatasetState,
 ) -> sqlx::Result<Option<Uuid>> {
     sqlx::query_scalar!(
-        "insert into datasets (id, owner, name, columns, key, state)
-         values ($1, $2, $3, $4, $5, $6)
+        "insert into datasets (id, owner, name, columns, key, state, declared)
+         values ($1, $2, $3, $4, $5, $6, true)
          on conflict (owner, name) where state <> 'deleted' do nothing
          returning id",
         Uuid::now_v7(),
         owner,
         name,
-        Json(columns) as _,
-        key,
-        DatasetState::Ready as DatasetState,
+        Json(&declared.columns) as _,
+        declared.key,
+        state as DatasetState,
     )
     .fetch_optional(conn)
     .await
@@ -125,6 +129,21 @@ pub async fn schema(
 /// ([`super::states::dataset::take_over_abandoned`]). The dataset is locked `for share` until
 /// the caller commits, so it cannot be deleted under the new job.
 pub async fn for_import(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Result<Uuid> {
+    // A dataset deleted between the two statements (the insert met it, the select waited for
+    // its deletion and then passed it by) frees the name: the next round makes a new one.
+    for _ in 0..3 {
+        if let Some(id) = find_or_make(conn, owner, name).await? {
+            return Ok(id);
+        }
+    }
+    Err(sqlx::Error::RowNotFound)
+}
+
+async fn find_or_make(
+    conn: &mut PgConnection,
+    owner: Uuid,
+    name: &str,
+) -> sqlx::Result<Option<Uuid>> {
     // `do nothing` takes no row lock on an existing dataset; the second statement, with a
     // fresh snapshot, finds and locks it.
     let created = sqlx::query_scalar!(
@@ -138,19 +157,20 @@ pub async fn for_import(conn: &mut PgConnection, owner: Uuid, name: &str) -> sql
     )
     .fetch_optional(&mut *conn)
     .await?;
-    let id = match created {
-        Some(id) => id,
-        None => sqlx::query_scalar!(
-            "select id from datasets where owner = $1 and name = $2 and state <> $3 for share",
-            owner,
-            name,
-            DatasetState::Deleted as DatasetState,
-        )
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or(sqlx::Error::RowNotFound)?,
-    };
-    Ok(id)
+    match created {
+        Some(id) => Ok(Some(id)),
+        None => {
+            sqlx::query_scalar!(
+                "select id from datasets where owner = $1 and name = $2 and state <> $3 \
+                 for share",
+                owner,
+                name,
+                DatasetState::Deleted as DatasetState,
+            )
+            .fetch_optional(conn)
+            .await
+        }
+    }
 }
 
 /// The id of `owner`'s `ready` dataset with this name, locked `for share` until the caller
@@ -167,6 +187,37 @@ pub async fn for_job(
         DatasetState::Ready as DatasetState,
     )
     .fetch_optional(conn)
+    .await
+}
+
+/// The columns a new import of this name of `owner`'s will be laid over: its `ready` dataset's,
+/// or the declared ones of a provisional one (which a take-over keeps); none for a new
+/// dataset.
+pub async fn columns_for_import(
+    conn: &mut PgConnection,
+    owner: Uuid,
+    name: &str,
+) -> sqlx::Result<Vec<Column>> {
+    let columns = sqlx::query_scalar!(
+        r#"select columns as "columns: Json<Vec<Column>>" from datasets
+           where owner = $1 and name = $2 and (state = $3 or state = $4 and declared)"#,
+        owner,
+        name,
+        DatasetState::Ready as DatasetState,
+        DatasetState::Provisional as DatasetState,
+    )
+    .fetch_optional(conn)
+    .await?;
+    Ok(columns.map(|c| c.0).unwrap_or_default())
+}
+
+/// Where a dataset is in its life.
+pub async fn state_of(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<DatasetState> {
+    sqlx::query_scalar!(
+        r#"select state as "state: DatasetState" from datasets where id = $1"#,
+        id
+    )
+    .fetch_one(conn)
     .await
 }
 

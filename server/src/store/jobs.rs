@@ -25,6 +25,7 @@ macro_rules! select_view {
            j.finished_at, j.source_filename as filename, j.sheet,
            j.mapping as "mapping: Json<Mapping>", j.dry_run, j.fixes,
            d.name as "dataset?", j.format as "format: ExportFormat",
+           coalesce(d.state = 'deleted'::dataset_state, false) as "dataset_deleted!",
            j.result_upload_id is not null as "has_result!",
            extract(epoch from coalesce(j.finished_at, now()) - j.started_at)::float8
                as elapsed_seconds,
@@ -76,6 +77,7 @@ struct ViewRow {
     dry_run: bool,
     fixes: Option<Uuid>,
     dataset: Option<String>,
+    dataset_deleted: bool,
     format: Option<ExportFormat>,
     has_result: bool,
     elapsed_seconds: Option<f64>,
@@ -148,6 +150,7 @@ impl From<ViewRow> for JobView {
             error: row.error,
             filename: row.filename,
             sheet: row.sheet,
+            dataset_deleted: row.dataset_deleted,
             mapping: row.mapping.map(|Json(mapping)| mapping),
             dry_run: row.dry_run,
             fixes: row.fixes,
@@ -374,7 +377,8 @@ pub async fn over_active_limit(
     Ok(active_jobs(conn, owner).await? > limit)
 }
 
-/// How many jobs `owner` has waiting or running, counted in the caller's transaction after
+/// How many jobs `owner` has waiting or running (deletions, which nobody starts but by
+/// deleting, aside), counted in the caller's transaction after
 /// waiting for any other transaction doing the same for this owner (and holding that place
 /// until the transaction ends): so racing creates and retries cannot all pass a limit.
 pub async fn active_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Result<i64> {
@@ -385,9 +389,11 @@ pub async fn active_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Result<i
     .fetch_one(&mut *conn)
     .await?;
     sqlx::query_scalar!(
-        r#"select count(*) as "active!" from jobs where owner = $1 and status = any($2)"#,
+        r#"select count(*) as "active!" from jobs
+           where owner = $1 and status = any($2) and kind <> $3"#,
         owner,
         &LIVE[..] as &[JobStatus],
+        JobKind::Delete as JobKind,
     )
     .fetch_one(&mut *conn)
     .await

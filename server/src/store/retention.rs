@@ -82,11 +82,14 @@ pub async fn prune(
     .rows_affected();
 
     // Datasets that are not `ready` (deleted, or left provisional by a failed import) once no
-    // job names them any more; the rows a deletion did not get to go with them.
+    // job names them any more and they hold no rows (rows have no foreign key to their dataset:
+    // a `delete` job removes them, and a dataset a failed import left rows in keeps them until
+    // an import of its name takes it over and deletes them).
     let datasets = sqlx::query!(
         "delete from datasets where id in (
              select d.id from datasets d
-             where d.state <> $2 and not exists (select 1 from jobs j where j.dataset_id = d.id)
+             where d.state <> $2 and d.row_count = 0
+               and not exists (select 1 from jobs j where j.dataset_id = d.id)
              limit $1
              for update skip locked)",
         BATCH / 100,

@@ -82,6 +82,15 @@ async fn a_failed_import_leaves_nothing_and_the_next_import_starts_afresh() {
         StatusCode::CONFLICT,
         "the failed import's dataset is gone: it cannot be retried into it"
     );
+    let message: Value = retried.json().await.unwrap();
+    assert!(
+        message["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Its dataset has been deleted since"),
+        "{message}"
+    );
+    assert!(server.job(failed.id).await.dataset_deleted);
     server.stop().await;
 }
 
@@ -348,4 +357,135 @@ async fn retention_removes_deleted_and_abandoned_datasets_once_no_job_names_them
     assert_eq!(pruned.datasets, 2, "{pruned:?}");
     assert_eq!(all().await, ["kept"]);
     server.stop().await;
+}
+
+#[tokio::test]
+async fn a_dry_run_into_a_new_dataset_makes_nothing_until_its_import_completes() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(2))).await;
+    let upload = server.upload("people.csv", csv(4)).await;
+    let new_dataset = json!({ "columns": [
+        { "name": "id", "type": "integer" },
+        { "name": "name" },
+        { "name": "email", "type": "email" },
+        { "name": "amount", "type": "decimal" }
+    ], "key": "id" });
+    let request = |job_type: &str| {
+        json!({ "jobType": job_type, "fileGuid": upload["id"], "dataset": "people",
+                "newDataset": new_dataset })
+    };
+    let dry = server.post_json("/api/jobs", request("validate")).await;
+    assert_eq!(dry.status(), StatusCode::ACCEPTED);
+    let dry: JobView = dry.json().await.unwrap();
+    let dry = server.finished(dry.id).await;
+    assert_eq!(
+        (dry.status, dry.rows_ok),
+        (JobStatus::Completed, 4),
+        "{dry:?}"
+    );
+    assert!(
+        datasets(&server).await.is_empty(),
+        "a dry run makes no dataset"
+    );
+
+    let import = server
+        .post_json(&format!("/api/jobs/{}/import", dry.id), json!({}))
+        .await;
+    assert_eq!(import.status(), StatusCode::ACCEPTED);
+    let import: JobView = import.json().await.unwrap();
+    let import = server.finished(import.id).await;
+    assert_eq!(import.status, JobStatus::Completed, "{import:?}");
+    let listed = datasets(&server).await;
+    assert_eq!(listed.len(), 1);
+    let people = &listed[0];
+    assert_eq!(
+        (people.key.as_deref(), people.row_count),
+        (Some("id"), 4),
+        "the declared key, and the rows"
+    );
+    let kinds: Vec<&str> = people.columns.iter().map(|c| c.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["integer", "text", "email", "decimal"],
+        "the declared types"
+    );
+
+    let again = server.post_json("/api/jobs", request("import")).await;
+    assert_eq!(
+        again.status(),
+        StatusCode::CONFLICT,
+        "a new dataset is not made over an existing one"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn migration_22_hides_only_the_empty_datasets_failed_imports_made_and_counts_rows() {
+    use std::borrow::Cow;
+    let db = TestDb::new_in_unmigrated(&crate::support::admin_url()).await;
+    let mut before = sqlx::migrate!("../migrations");
+    before.migrations = Cow::Owned(
+        before
+            .migrations
+            .iter()
+            .filter(|m| m.version < 20261123000022)
+            .cloned()
+            .collect(),
+    );
+    before.run(&db.pool).await.unwrap();
+    let owner = account(&db, "old@example.com", Role::Member).await;
+    // (dataset, made with its import, the import's status, rows)
+    let cases = [
+        ("left_by_failure", true, "failed", 0),
+        ("declared_then_failed", false, "failed", 0),
+        ("filled", true, "completed", 2),
+        ("emptied_by_completion", true, "completed", 0),
+    ];
+    for (name, same_time, status, rows) in cases {
+        let dataset: uuid::Uuid = sqlx::query_scalar(
+            "insert into datasets (id, owner, name, created_at)
+             values (gen_random_uuid(), $1, $2, now() - interval '1 hour') returning id",
+        )
+        .bind(owner)
+        .bind(name)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "insert into jobs (id, kind, owner, dataset_id, status, created_at)
+             select gen_random_uuid(), 'import', $1, $2, $3::job_status,
+                    case when $4 then d.created_at else now() end
+             from datasets d where d.id = $2",
+        )
+        .bind(owner)
+        .bind(dataset)
+        .bind(status)
+        .bind(same_time)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        for pos in 0..rows {
+            sqlx::query("insert into dataset_rows (dataset_id, pos, record) values ($1, $2, 'x')")
+                .bind(dataset)
+                .bind(pos)
+                .execute(&db.pool)
+                .await
+                .unwrap();
+        }
+    }
+    server::db::migrate(&db.pool).await.unwrap();
+    let states: Vec<(String, String, i64)> =
+        sqlx::query_as("select name, state::text, row_count from datasets order by name")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        states,
+        [
+            ("declared_then_failed".into(), "ready".into(), 0),
+            ("emptied_by_completion".into(), "ready".into(), 0),
+            ("filled".into(), "ready".into(), 2),
+            ("left_by_failure".into(), "provisional".into(), 0),
+        ]
+    );
 }

@@ -13,10 +13,13 @@
 //! provisional dataset is what makes a failed import leave nothing: the next import of that
 //! name starts a fresh dataset, with the header it brings.
 
-use sqlx::PgConnection;
+use sqlx::{PgConnection, types::Json};
 use uuid::Uuid;
 
+use app::model::Column;
+
 use super::{JobKind, JobStatus, LIVE};
+use crate::spreadsheet::schema::Declared;
 
 /// Where a dataset is in its life: the `dataset_state` type of PostgreSQL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
@@ -36,6 +39,14 @@ pub struct Doomed {
     pub row_count: i64,
 }
 
+/// A provisional dataset taken over: what goes, and the schema it was declared with, if it
+/// was (the new dataset keeps it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Abandoned {
+    pub doomed: Doomed,
+    pub declared: Option<Declared>,
+}
+
 /// Why a dataset could not be deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotDeleted {
@@ -46,20 +57,34 @@ pub enum NotDeleted {
 }
 
 /// `provisional` → `deleted`, for `owner`'s provisional dataset of this name when no job is
-/// waiting or running on it (what a failed, cancelled or abandoned import left).
+/// waiting or running on it (what a failed, cancelled or abandoned import, or a dry run into a
+/// new dataset, left).
 pub async fn take_over_abandoned(
     conn: &mut PgConnection,
     owner: Uuid,
     name: &str,
-) -> sqlx::Result<Option<Doomed>> {
+) -> sqlx::Result<Option<Abandoned>> {
     let Some(doomed) = lock(conn, owner, name, DatasetState::Provisional).await? else {
         return Ok(None);
     };
     if live_jobs(conn, doomed.id).await? > 0 {
         return Ok(None);
     }
-    mark_deleted(conn, doomed.id).await?;
-    Ok(Some(doomed))
+    let declared = sqlx::query!(
+        r#"update datasets set state = $2 where id = $1
+           returning declared, columns as "columns: Json<Vec<Column>>", key"#,
+        doomed.id,
+        DatasetState::Deleted as DatasetState,
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(Some(Abandoned {
+        doomed,
+        declared: declared.declared.then(|| Declared {
+            columns: declared.columns.0,
+            key: declared.key,
+        }),
+    }))
 }
 
 /// `ready` → `deleted`, for `owner`'s dataset of this name, unless a job is waiting or running
@@ -94,6 +119,21 @@ pub async fn ready_after(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<
         JobStatus::Completed as JobStatus,
     )
     .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Holds the datasets of these jobs `for share` until the caller commits (after their jobs'
+/// rows, the order chunk commits lock them in): a retry then sees whether they were deleted,
+/// and a delete waits for the retry and counts its jobs live.
+pub async fn hold_for_jobs(conn: &mut PgConnection, job_ids: &[Uuid]) -> sqlx::Result<()> {
+    sqlx::query!(
+        "select 1 as held from datasets
+         where id in (select dataset_id from jobs where id = any($1))
+         order by id for share",
+        job_ids,
+    )
+    .fetch_all(conn)
     .await?;
     Ok(())
 }

@@ -328,6 +328,7 @@ pub async fn retry(
 ) -> sqlx::Result<Vec<(Uuid, i64)>> {
     chunk::lock_unfinished(conn, ids, acts).await?;
     lock_in_order(conn, ids, acts, false).await?;
+    dataset::hold_for_jobs(conn, ids).await?;
     // Back to `waiting`: it starts again only when no earlier job with its serialize key is
     // live, and its plan step (which starts a planned job at once) goes first.
     let retried = sqlx::query!(
