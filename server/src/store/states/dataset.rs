@@ -80,7 +80,7 @@ pub async fn take_over_abandoned(
     .await?;
     Ok(Some(Abandoned {
         doomed,
-        declared: declared.declared.then(|| Declared {
+        declared: declared.declared.then_some(Declared {
             columns: declared.columns.0,
             key: declared.key,
         }),
