@@ -31,5 +31,13 @@ where row_count = 0
 alter table datasets drop constraint datasets_owner_name;
 create unique index datasets_owner_name on datasets (owner, name) where state <> 'deleted';
 
+-- The keys a keyed dry run has met so far: a key repeated across its chunks counts as the
+-- import would count it, new once and then replacing. Deleted with the job's items.
+create table dry_run_keys (
+    job_id uuid not null references jobs (id) on delete cascade,
+    key text not null,
+    primary key (job_id, key)
+);
+
 -- A `delete` job removes a deleted dataset's rows, with progress.
 alter type job_kind add value 'delete';

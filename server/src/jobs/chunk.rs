@@ -150,8 +150,8 @@ async fn write(
     let new_rows = if keyed {
         let (row_nos, keys, rows) = last_of_each_key(parsed);
         let new_rows = if job.dry_run {
-            // A dry run writes nothing: a row is new unless its key is in the dataset.
-            keys.len() as i64 - datasets::keys_present(&mut tx, job.dataset_id, &keys).await?
+            // A dry run writes no row: it counts the keys it has not met.
+            datasets::dry_run_new_keys(&mut tx, job_id, job.dataset_id, &keys).await?
         } else {
             datasets::upsert_rows(&mut tx, job.dataset_id, job.seq, &row_nos, &keys, &rows).await?
         };

@@ -391,12 +391,26 @@ pub async fn delete_rows(
     Ok((gone.count, gone.last))
 }
 
-/// How many of `keys` (distinct) a dataset holds rows for: what a dry run counts as rows an
-/// import would replace.
-pub async fn keys_present(conn: &mut PgConnection, id: Uuid, keys: &[&str]) -> sqlx::Result<i64> {
+/// How many of a dry run's chunk's `keys` (distinct) would be new rows: neither in the
+/// dataset nor met in an earlier chunk of the dry run (recorded in the chunk's transaction, so
+/// a key counts once however the chunks interleave, as the import would count it).
+pub async fn dry_run_new_keys(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    id: Uuid,
+    keys: &[&str],
+) -> sqlx::Result<i64> {
     sqlx::query_scalar!(
-        r#"select count(*) as "n!" from dataset_rows
-           where dataset_id = $1 and key = any($2::text[])"#,
+        r#"with fresh as (
+             insert into dry_run_keys (job_id, key)
+             select $1, k from unnest($3::text[]) as k
+             where not exists (select 1 from dataset_rows r where r.dataset_id = $2 and r.key = k)
+             order by k
+             on conflict do nothing
+             returning 1
+         )
+         select count(*) as "n!" from fresh"#,
+        job_id,
         id,
         keys as _,
     )

@@ -242,8 +242,12 @@ async fn a_keyed_dry_run_counts_the_rows_it_would_replace_as_the_import_does() {
         .await;
     assert_eq!(server.finished(first.id).await.status, JobStatus::Completed);
 
-    // Rows 6-10 are there already; 11-13 are new.
-    let second: String = (6..=13).map(|i| format!("{i},second {i}\n")).collect();
+    // Rows 6-10 are there already; 11-13, 20 and 21 are new; 12 and 20 come twice, in other
+    // chunks (3 rows each) than their first.
+    let second: String = (6..=13)
+        .chain([12, 20, 21, 20])
+        .map(|i| format!("{i},second {i}\n"))
+        .collect();
     let second = format!("id,name\n{second}").into_bytes();
     let upload = server.upload("second.csv", second.clone()).await;
     let request = json!({ "dataset": "people", "jobType": "validate", "fileGuid": upload["id"] });
@@ -252,14 +256,14 @@ async fn a_keyed_dry_run_counts_the_rows_it_would_replace_as_the_import_does() {
     let dry: JobView = dry.json().await.unwrap();
     let dry = server.finished(dry.id).await;
     assert!(dry.dry_run);
-    assert_eq!((dry.rows_ok, dry.rows_updated), (8, 5), "{dry:?}");
+    assert_eq!((dry.rows_ok, dry.rows_updated), (12, 7), "{dry:?}");
     assert_eq!(
         dry.written_line().as_deref(),
-        Some("8 rows ok, 5 would replace existing rows")
+        Some("12 rows ok, 7 would replace existing rows")
     );
     assert_eq!(
         dry.message(),
-        "Dry run complete: 8 rows ok (5 would replace existing rows), 0 with errors; nothing \
+        "Dry run complete: 12 rows ok (7 would replace existing rows), 0 with errors; nothing \
          was written"
     );
     let real = server.import("second.csv", second, "people").await;
@@ -269,8 +273,8 @@ async fn a_keyed_dry_run_counts_the_rows_it_would_replace_as_the_import_does() {
         (dry.rows_ok, dry.rows_updated)
     );
     let listed = datasets(&server).await;
-    assert_eq!(listed[0].row_count, 13, "10, and 3 new");
-    assert_eq!(rows_of(&db, "people").await, 13);
+    assert_eq!(listed[0].row_count, 15, "10, and 5 new");
+    assert_eq!(rows_of(&db, "people").await, 15);
     server.stop().await;
 }
 
