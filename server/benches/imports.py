@@ -419,8 +419,39 @@ def preview_part(args, run):
                   f"{server.peak_rss_mb():,.0f} MB")
 
 
+def delete_part(args, run):
+    """Deleting a dataset of `--rows` rows: the DELETE's answer (the dataset is gone from then
+    on) and the `delete` job that removes its rows, 10,000 per transaction, to its end."""
+    path = os.path.abspath(os.path.join(args.dir, f"bench-{args.rows}.csv"))
+    generate(path, args.rows)
+    dataset = f"bench_{run}_del"
+    with Server(args) as server:
+        server.post("/api/datasets", {"name": dataset, "columns": SCHEMA})
+        upload_id = server.upload(path)
+        server.run_job({"jobType": "import", "fileGuid": upload_id, "dataset": dataset}, args.rows)
+        start = time.monotonic()
+        status, body = request("127.0.0.1", server.port, "DELETE", f"/api/datasets/{dataset}")
+        answered = time.monotonic() - start
+        if status != 202:
+            sys.exit(f"DELETE /api/datasets/{dataset} answered {status}: {body[:300]!r}")
+        job = follow_until_finished("127.0.0.1", server.port, json.loads(body)["id"])
+        seconds = time.monotonic() - start
+        if job["status"] != "completed" or job["itemProgress"] != args.rows:
+            sys.exit(f"the deletion did not complete cleanly: {job}")
+        left = psql(args.db_url, "-At", "-c",
+                    f"select count(*) from dataset_rows r join datasets d on d.id = r.dataset_id "
+                    f"where d.name = '{dataset}'").strip()
+        if left != "0":
+            sys.exit(f"the deletion left {left} rows")
+        rss = server.peak_rss_mb()
+    print(f"Deleting a dataset of {args.rows:,} rows")
+    print(f"  DELETE answered in {answered * 1000:,.0f} ms (the dataset gone, its name free); "
+          f"its rows removed in {seconds:.1f} s ({args.rows / seconds:,.0f} rows/s); "
+          f"server peak RSS {rss:,.0f} MB")
+
+
 PARTS = {"csv": csv_part, "xlsx": xlsx_part, "kill": kill_part, "hostile": hostile_part,
-         "preview": preview_part}
+         "preview": preview_part, "delete": delete_part}
 
 
 def main():

@@ -150,7 +150,7 @@ pub async fn dataset(
     declared: &Declared,
 ) -> Result<Option<DatasetView>, CreateError> {
     let mut tx = pool.begin().await?;
-    take_over_abandoned(&mut tx, owner, name).await?;
+    take_over_abandoned(&mut tx, owner, name, true).await?;
     let ready = DatasetState::Ready;
     if datasets::insert_declared(&mut tx, owner, name, declared, ready)
         .await?
@@ -164,14 +164,15 @@ pub async fn dataset(
 
 /// Deletes what a failed or abandoned import of this name left, so the new dataset starts
 /// afresh; a `delete` job removes its rows, if it has any. The schema it was declared with, if
-/// it was: the new dataset keeps it (a dry run into a new dataset declares it; the import that
-/// follows takes it over).
+/// it was: the new dataset keeps it (unless `redeclaring`).
 async fn take_over_abandoned(
     conn: &mut PgConnection,
     owner: Uuid,
     name: &str,
+    redeclaring: bool,
 ) -> Result<Option<Declared>, CreateError> {
-    let Some(abandoned) = dataset::take_over_abandoned(conn, owner, name).await? else {
+    let Some(abandoned) = dataset::take_over_abandoned(conn, owner, name, redeclaring).await?
+    else {
         return Ok(None);
     };
     if abandoned.doomed.row_count > 0 {
@@ -194,7 +195,7 @@ async fn import_target(
             .await?
             .ok_or_else(|| CreateError::DatasetNotFound(name.to_owned()));
     }
-    let inherited = take_over_abandoned(conn, owner, name).await?;
+    let inherited = take_over_abandoned(conn, owner, name, import.new_dataset.is_some()).await?;
     let Some(declared) = import.new_dataset.or(inherited.as_ref()) else {
         return Ok(datasets::for_import(conn, owner, name).await?);
     };

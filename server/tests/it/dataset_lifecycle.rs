@@ -413,6 +413,16 @@ async fn a_dry_run_into_a_new_dataset_makes_nothing_until_its_import_completes()
         ["integer", "text", "email", "decimal"],
         "the declared types"
     );
+    let same: bool = sqlx::query_scalar(
+        "select d.dataset_id = i.dataset_id from jobs d, jobs i where d.id = $1 and i.id = $2",
+    )
+    .bind(dry.id)
+    .bind(import.id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(same, "the import writes into the dataset its dry run checked");
+    assert!(!server.job(dry.id).await.dataset_deleted);
 
     let again = server.post_json("/api/jobs", request("import")).await;
     assert_eq!(

@@ -57,19 +57,29 @@ pub enum NotDeleted {
 }
 
 /// `provisional` → `deleted`, for `owner`'s provisional dataset of this name when no job is
-/// waiting or running on it (what a failed, cancelled or abandoned import, or a dry run into a
-/// new dataset, left).
+/// waiting or running on it (what a failed, cancelled or abandoned import left). One that was
+/// declared and holds no rows (a dry run's into a new dataset, or an import's that wrote
+/// nothing) stays, for the new import to use as it is, unless the request declares the
+/// dataset anew (`redeclaring`).
 pub async fn take_over_abandoned(
     conn: &mut PgConnection,
     owner: Uuid,
     name: &str,
+    redeclaring: bool,
 ) -> sqlx::Result<Option<Abandoned>> {
-    let Some(doomed) = lock(conn, owner, name, DatasetState::Provisional).await? else {
+    let Some(found) = lock(conn, owner, name, DatasetState::Provisional).await? else {
         return Ok(None);
     };
-    if live_jobs(conn, doomed.id).await? > 0 {
+    if live_jobs(conn, found.id).await? > 0 {
         return Ok(None);
     }
+    if found.declared && found.row_count == 0 && !redeclaring {
+        return Ok(None);
+    }
+    let doomed = Doomed {
+        id: found.id,
+        row_count: found.row_count,
+    };
     let declared = sqlx::query!(
         r#"update datasets set state = $2 where id = $1
            returning declared, columns as "columns: Json<Vec<Column>>", key"#,
@@ -94,8 +104,12 @@ pub async fn delete(
     owner: Uuid,
     name: &str,
 ) -> sqlx::Result<Result<Doomed, NotDeleted>> {
-    let Some(doomed) = lock(conn, owner, name, DatasetState::Ready).await? else {
+    let Some(found) = lock(conn, owner, name, DatasetState::Ready).await? else {
         return Ok(Err(NotDeleted::NotFound));
+    };
+    let doomed = Doomed {
+        id: found.id,
+        row_count: found.row_count,
     };
     let live_jobs = live_jobs(conn, doomed.id).await?;
     if live_jobs > 0 {
@@ -145,10 +159,10 @@ async fn lock(
     owner: Uuid,
     name: &str,
     state: DatasetState,
-) -> sqlx::Result<Option<Doomed>> {
+) -> sqlx::Result<Option<Locked>> {
     sqlx::query_as!(
-        Doomed,
-        "select id, row_count from datasets
+        Locked,
+        "select id, row_count, declared from datasets
          where owner = $1 and name = $2 and state = $3
          for update",
         owner,
@@ -157,6 +171,13 @@ async fn lock(
     )
     .fetch_optional(conn)
     .await
+}
+
+/// A dataset as [`lock`] found it.
+struct Locked {
+    id: Uuid,
+    row_count: i64,
+    declared: bool,
 }
 
 async fn live_jobs(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<i64> {
