@@ -29,8 +29,8 @@ pub fn JobControls(
     #[prop(optional, into)]
     remedy: MaybeProp<Remedy>,
     /// Its dataset has been deleted: an import or export of it is not retried.
-    #[prop(optional)]
-    dataset_deleted: bool,
+    #[prop(optional, into)]
+    dataset_deleted: Signal<bool>,
     /// Called with the job as the server answered.
     on_changed: Callback<JobView>,
 ) -> impl IntoView {
@@ -63,7 +63,7 @@ pub fn JobControls(
     let (cancel_label, retry_label, fix_label) = (label("Cancel"), label("Retry"), label("Fix"));
     let finished_badly = move || matches!(status.get(), JobStatus::Failed | JobStatus::Cancelled);
     let retryable = move || {
-        let gone = dataset_deleted && kind != JobKind::Delete;
+        let gone = dataset_deleted.get() && kind != JobKind::Delete;
         kind != JobKind::Batch && !gone && finished_badly() && remedy.read().is_none()
     };
     let cancellable = move || kind != JobKind::Delete && live();

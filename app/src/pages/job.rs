@@ -237,11 +237,16 @@ fn LiveJob(job: JobView) -> impl IntoView {
                     owner
                     on_changed
                     kind
-                    dataset_deleted=state.read_untracked().dataset_deleted
+                    dataset_deleted=Signal::derive(move || state.read().dataset_deleted)
                     remedy=Signal::derive(move || state.read().remedy.clone())
                 />
             </p>
-            <Show when=move || status() == JobStatus::Completed && kind == JobKind::Import>
+            // A dry run's dataset may be new: it exists once an import into it completes.
+            <Show when=move || {
+                let job = state.read();
+                job.status == JobStatus::Completed && kind == JobKind::Import && !job.dry_run
+                    && !job.dataset_deleted
+            }>
                 <p>
                     <a href=move || {
                         let name = state.read().dataset.clone().unwrap_or_default();

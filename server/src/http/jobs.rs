@@ -518,7 +518,8 @@ pub async fn retry(
                 remedy.action()
             )));
         }
-        if job.dataset_deleted && job.job_type != JobKind::Delete {
+        let ended_badly = matches!(job.status, JobStatus::Failed | JobStatus::Cancelled);
+        if ended_badly && job.dataset_deleted && job.job_type != JobKind::Delete {
             return Err(ApiError::Conflict(
                 "Its dataset has been deleted since: there is nothing to retry into.".into(),
             ));

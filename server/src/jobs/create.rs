@@ -114,6 +114,9 @@ pub async fn import(
     }
     let options = with_dataset_order(options, owner, dataset);
     let mut tx = pool.begin().await?;
+    // A take-over below locks a dataset that a retry of the owner's may hold: the owner's lock
+    // goes first, as a retry takes it first.
+    jobs::hold_owners_jobs(&mut tx, owner).await?;
     jobs::lock_serialize_key(
         &mut tx,
         options.serialize_key.as_deref().unwrap_or_default(),
@@ -127,7 +130,16 @@ pub async fn import(
             "\"fixes\" must be one of your imports; no import of yours has the id {fixed}."
         )));
     }
-    let dataset_id = import_target(&mut tx, owner, &import).await?;
+    let dataset_id = match import_target(&mut tx, owner, &import).await {
+        // The dataset a request declares exists: made by this very request, sent before?
+        Err(CreateError::Conflict(message)) => {
+            return match replayed(pool, tx, owner, &options).await? {
+                Some(created) => Ok(created),
+                None => Err(CreateError::Conflict(message)),
+            };
+        }
+        other => other?,
+    };
     let kind = NewKind::Import {
         upload_id,
         sheet,
@@ -315,6 +327,31 @@ async fn deduped(
     Ok(jobs::find_deduped(&mut conn, owner, key)
         .await?
         .ok_or(sqlx::Error::RowNotFound)?)
+}
+
+/// The job an earlier request with the same dedupe key made, if there is one (this request's
+/// changes dropped either way).
+async fn replayed(
+    pool: &PgPool,
+    mut tx: Transaction<'_, Postgres>,
+    owner: Uuid,
+    options: &Options,
+) -> Result<Option<Created>, CreateError> {
+    let earlier = match options.dedupe_key.as_deref() {
+        Some(key) => jobs::find_deduped(&mut tx, owner, key).await?,
+        None => None,
+    };
+    tx.rollback().await?;
+    let Some(id) = earlier else {
+        return Ok(None);
+    };
+    let job = jobs::find(pool, id, Sees::OwnedBy(owner))
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)?;
+    Ok(Some(Created {
+        job,
+        replayed: true,
+    }))
 }
 
 /// Jobs on a dataset run in creation order unless the request names another serialize key:

@@ -367,6 +367,19 @@ pub async fn find_deduped(
     .await
 }
 
+/// Waits for, then holds until the transaction ends, the lock that orders the creates and
+/// retries of `owner`'s jobs. Taken before any job or dataset row by every transaction that
+/// takes it, so they wait for each other rather than deadlock.
+pub async fn hold_owners_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Result<()> {
+    sqlx::query!(
+        "select 1 as locked from pg_advisory_xact_lock(hashtextextended('active jobs:' || $1, 0))",
+        owner.to_string(),
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(())
+}
+
 /// Whether `owner` now has more than `limit` jobs waiting or running, counted as
 /// [`active_jobs`] does.
 pub async fn over_active_limit(
@@ -382,12 +395,7 @@ pub async fn over_active_limit(
 /// waiting for any other transaction doing the same for this owner (and holding that place
 /// until the transaction ends): so racing creates and retries cannot all pass a limit.
 pub async fn active_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Result<i64> {
-    sqlx::query!(
-        "select 1 as locked from pg_advisory_xact_lock(hashtextextended('active jobs:' || $1, 0))",
-        owner.to_string(),
-    )
-    .fetch_one(&mut *conn)
-    .await?;
+    hold_owners_jobs(conn, owner).await?;
     sqlx::query_scalar!(
         r#"select count(*) as "active!" from jobs
            where owner = $1 and status = any($2) and kind <> $3"#,

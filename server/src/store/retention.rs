@@ -83,9 +83,33 @@ pub async fn prune(
     .rows_affected();
 
     // Datasets that are not `ready` (deleted, or left provisional by a failed import) once no
-    // job names them any more and they hold no rows (rows have no foreign key to their dataset:
-    // a `delete` job removes them, and a dataset a failed import left rows in keeps them until
-    // an import of its name takes it over and deletes them).
+    // job names them any more: first their rows, if any are left (a failed import's, or those
+    // of a deletion that ran out of attempts; rows have no foreign key to their dataset), a
+    // batch a round, then the dataset.
+    sqlx::query!(
+        "with orphaned as (
+             select d.id from datasets d
+             where d.state <> $2 and d.row_count > 0
+               and not exists (select 1 from jobs j where j.dataset_id = d.id)
+             order by d.id limit 10
+             for update skip locked
+         ), doomed as (
+             select r.dataset_id, r.pos from orphaned o
+             cross join lateral (select dataset_id, pos from dataset_rows
+                                 where dataset_id = o.id order by pos limit $1) r
+         ), gone as (
+             delete from dataset_rows r using doomed
+             where r.dataset_id = doomed.dataset_id and r.pos = doomed.pos
+             returning r.dataset_id
+         )
+         update datasets d set row_count = d.row_count - g.n
+         from (select dataset_id, count(*) as n from gone group by dataset_id) g
+         where d.id = g.dataset_id",
+        BATCH,
+        DatasetState::Ready as DatasetState,
+    )
+    .execute(&mut *conn)
+    .await?;
     let datasets = sqlx::query!(
         "delete from datasets where id in (
              select d.id from datasets d

@@ -342,13 +342,34 @@ async fn retention_removes_deleted_and_abandoned_datasets_once_no_job_names_them
         JobStatus::Failed
     );
 
+    // What a failed import left rows in, once its jobs are gone (as retention removes them).
+    let owner: uuid::Uuid = sqlx::query_scalar("select owner from datasets limit 1")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let orphan: uuid::Uuid = sqlx::query_scalar(
+        "insert into datasets (id, owner, name, state, row_count)
+         values (gen_random_uuid(), $1, 'orphaned', 'provisional', 2) returning id",
+    )
+    .bind(owner)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "insert into dataset_rows (dataset_id, pos, record) values ($1, 1, 'a'), ($1, 2, 'b')",
+    )
+    .bind(orphan)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
     let all = || async {
         sqlx::query_scalar::<_, String>("select name from datasets order by name")
             .fetch_all(&db.pool)
             .await
             .unwrap()
     };
-    assert_eq!(all().await, ["abandoned", "doomed", "kept"]);
+    assert_eq!(all().await, ["abandoned", "doomed", "kept", "orphaned"]);
     sqlx::query("update jobs set finished_at = now() - interval '100 days'")
         .execute(&db.pool)
         .await
@@ -358,8 +379,14 @@ async fn retention_removes_deleted_and_abandoned_datasets_once_no_job_names_them
         jobs: Duration::from_secs(90 * 86_400),
     };
     let pruned = retention::round(&db.pool, kept_for).await.unwrap();
-    assert_eq!(pruned.datasets, 2, "{pruned:?}");
+    assert_eq!(pruned.datasets, 3, "{pruned:?}");
     assert_eq!(all().await, ["kept"]);
+    let left: i64 = sqlx::query_scalar("select count(*) from dataset_rows where dataset_id = $1")
+        .bind(orphan)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "no row outlives its dataset");
     server.stop().await;
 }
 
@@ -421,7 +448,10 @@ async fn a_dry_run_into_a_new_dataset_makes_nothing_until_its_import_completes()
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert!(same, "the import writes into the dataset its dry run checked");
+    assert!(
+        same,
+        "the import writes into the dataset its dry run checked"
+    );
     assert!(!server.job(dry.id).await.dataset_deleted);
 
     let again = server.post_json("/api/jobs", request("import")).await;

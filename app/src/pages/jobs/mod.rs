@@ -267,7 +267,7 @@ fn JobRow(
             <td class="when">{took}</td>
             <td class="actions">
                 <JobControls id status=Signal::stored(status) owner on_changed kind name=title
-                    remedy=job.remedy.clone() dataset_deleted=job.dataset_deleted />
+                    remedy=job.remedy.clone() dataset_deleted=Signal::stored(job.dataset_deleted) />
             </td>
         </tr>
     }
