@@ -1,5 +1,6 @@
 import { writeFile } from 'node:fs/promises';
-import { Worker, expect, test } from './app';
+import type { Page } from '@playwright/test';
+import { type App, Worker, expect, test } from './app';
 import { JobPage, MESSAGES, UploadPage, expectHydrated } from './pages';
 
 let worker: Worker | undefined;
@@ -9,17 +10,23 @@ test.afterEach(async () => {
   worker = undefined;
 });
 
-test('a dataset is exported from its page and the file downloaded', async ({ page, app }, testInfo) => {
-  const file = testInfo.outputPath('team.csv');
-  await writeFile(file, 'name,role\nAda,engineer\nGrace,=admiral\n');
-  const dataset = `e2e_export_${Date.now().toString(36)}`;
-
+/** Imports `csv` (a file of that name) into a new dataset through the pages, with a worker
+ * running; the dataset's name. */
+async function importedDataset(page: Page, app: App, file: string, csv: string): Promise<string> {
+  await writeFile(file, csv);
+  const dataset = `e2e_${Date.now().toString(36)}`;
   const upload = new UploadPage(page);
   await upload.goto();
   await upload.importFile(file, dataset);
   worker = await Worker.start(app);
+  await expect(new JobPage(page).message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
+  return dataset;
+}
+
+test('a dataset is exported from its page and the file downloaded', async ({ page, app }, testInfo) => {
+  const csv = 'name,role\nAda,engineer\nGrace,=admiral\n';
+  const dataset = await importedDataset(page, app, testInfo.outputPath('team.csv'), csv);
   const job = new JobPage(page);
-  await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
 
   for (const format of ['csv', 'xlsx']) {
     await page.goto(`/datasets/${dataset}`);
@@ -48,16 +55,9 @@ test('a dataset is exported from its page and the file downloaded', async ({ pag
 });
 
 test('a dataset shows its size and is deleted from its page, the deletion followed live', async ({ page, app }, testInfo) => {
-  const file = testInfo.outputPath('crew.csv');
-  await writeFile(file, 'name,role\nAda,engineer\nGrace,admiral\nKatherine,mathematician\n');
-  const dataset = `e2e_delete_${Date.now().toString(36)}`;
-
-  const upload = new UploadPage(page);
-  await upload.goto();
-  await upload.importFile(file, dataset);
-  worker = await Worker.start(app);
+  const csv = 'name,role\nAda,engineer\nGrace,admiral\nKatherine,mathematician\n';
+  const dataset = await importedDataset(page, app, testInfo.outputPath('crew.csv'), csv);
   const job = new JobPage(page);
-  await expect(job.message).toHaveText(MESSAGES.complete, { timeout: 60_000 });
 
   await page.goto('/datasets');
   const listed = page.getByTestId('dataset-row').filter({ hasText: dataset });

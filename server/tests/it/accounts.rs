@@ -9,8 +9,8 @@ use std::{
 };
 
 use crate::support::{
-    Events, TestDb, TestServer, account, admin_url, csv, file_form, json_of, password_of,
-    worker_args,
+    Events, TestDb, TestServer, account, admin_url, csv, file_form, json_of, migrate_before,
+    password_of, worker_args,
 };
 use app::{
     auth::Role,
@@ -600,19 +600,9 @@ async fn open_streams_end_with_their_session_and_required_mode_ignores_guests() 
 
 #[tokio::test]
 async fn owners_from_before_accounts_claim_their_things_with_their_old_cookie() {
-    use std::borrow::Cow;
     // A database as it was before accounts: owners were browser-session UUIDs (the cookie).
     let db = TestDb::new_in_unmigrated(&admin_url()).await;
-    let mut before = sqlx::migrate!("../migrations");
-    before.migrations = Cow::Owned(
-        before
-            .migrations
-            .iter()
-            .filter(|m| m.version < 20261122000013)
-            .cloned()
-            .collect(),
-    );
-    before.run(&db.pool).await.unwrap();
+    migrate_before(&db, 20261122000013).await;
     let (plain, secure) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
     for (owner, name) in [(plain, "old"), (secure, "older")] {
         sqlx::query(

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use crate::support::{TestDb, TestServer, account, csv, worker_args};
+use crate::support::{
+    TestDb, TestServer, account, admin_url, csv, dataset_rows, migrate_before, worker_args,
+};
 use app::{
     auth::Role,
     model::{DatasetView, JobKind, JobStatus, JobView, MAX_XLSX_ROWS},
@@ -26,17 +28,6 @@ async fn dataset_status(server: &TestServer, name: &str) -> StatusCode {
 async fn delete(server: &TestServer, client: &Client, name: &str) -> reqwest::Response {
     let url = server.url(&format!("/api/datasets/{name}"));
     client.delete(url).send().await.unwrap()
-}
-
-async fn rows_of(db: &TestDb, dataset: &str) -> i64 {
-    sqlx::query_scalar(
-        "select count(*) from dataset_rows r join datasets d on d.id = r.dataset_id
-         where d.name = $1",
-    )
-    .bind(dataset)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap()
 }
 
 #[tokio::test]
@@ -69,7 +60,7 @@ async fn a_failed_import_leaves_nothing_and_the_next_import_starts_afresh() {
     );
     assert_eq!(listed[0].row_count, 5);
     assert_eq!(
-        rows_of(&db, "contacts").await,
+        dataset_rows(&db, "contacts").await,
         5,
         "only the new import's rows"
     );
@@ -144,7 +135,7 @@ async fn deleting_a_dataset_frees_its_name_and_a_job_removes_its_rows() {
             .any(|event| event.job.item_progress > 0 && event.job.item_progress < ROWS as i64),
         "progress is seen between the start and the end"
     );
-    assert_eq!(rows_of(&db, "big").await, 0);
+    assert_eq!(dataset_rows(&db, "big").await, 0);
 
     let cancel = server
         .post_json(&format!("/api/jobs/{}/cancel", done.id), json!({}))
@@ -274,7 +265,7 @@ async fn a_keyed_dry_run_counts_the_rows_it_would_replace_as_the_import_does() {
     );
     let listed = datasets(&server).await;
     assert_eq!(listed[0].row_count, 15, "10, and 5 new");
-    assert_eq!(rows_of(&db, "people").await, 15);
+    assert_eq!(dataset_rows(&db, "people").await, 15);
     server.stop().await;
 }
 
@@ -465,18 +456,8 @@ async fn a_dry_run_into_a_new_dataset_makes_nothing_until_its_import_completes()
 
 #[tokio::test]
 async fn migration_22_hides_only_the_empty_datasets_failed_imports_made_and_counts_rows() {
-    use std::borrow::Cow;
-    let db = TestDb::new_in_unmigrated(&crate::support::admin_url()).await;
-    let mut before = sqlx::migrate!("../migrations");
-    before.migrations = Cow::Owned(
-        before
-            .migrations
-            .iter()
-            .filter(|m| m.version < 20261123000022)
-            .cloned()
-            .collect(),
-    );
-    before.run(&db.pool).await.unwrap();
+    let db = TestDb::new_in_unmigrated(&admin_url()).await;
+    migrate_before(&db, 20261123000022).await;
     let owner = account(&db, "old@example.com", Role::Member).await;
     // (dataset, made with its import, the import's status, rows)
     let cases = [

@@ -15,8 +15,8 @@
 use std::{os::unix::fs::PermissionsExt, path::PathBuf};
 
 use crate::support::{
-    TestDb, TestServer, WorkerProcess, completed_exactly, never_stop, stored_rows, until,
-    until_one, worker_args,
+    TestDb, TestServer, WorkerProcess, completed_exactly, dataset_rows, never_stop, stored_rows,
+    until, until_one, worker_args,
 };
 use app::model::{JobStatus, JobView};
 use reqwest::StatusCode;
@@ -102,18 +102,6 @@ async fn distinct_records(db: &TestDb, job_id: Uuid) -> i64 {
          join jobs j on r.pos >> 32 = j.seq where j.id = $1",
     )
     .bind(job_id)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap()
-}
-
-/// Every row a dataset holds, whichever job wrote it.
-async fn dataset_rows(db: &TestDb, dataset: &str) -> i64 {
-    sqlx::query_scalar(
-        "select count(*) from dataset_rows r join datasets d on d.id = r.dataset_id
-         where d.name = $1",
-    )
-    .bind(dataset)
     .fetch_one(&db.pool)
     .await
     .unwrap()

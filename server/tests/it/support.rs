@@ -815,6 +815,34 @@ pub async fn stored_rows(pool: &PgPool, job_id: Uuid) -> (i64, i64) {
     .unwrap()
 }
 
+/// Every row stored under a dataset name, whichever job wrote it (and whichever dataset of
+/// that name, deleted ones too).
+pub async fn dataset_rows(db: &TestDb, dataset: &str) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from dataset_rows r join datasets d on d.id = r.dataset_id
+         where d.name = $1",
+    )
+    .bind(dataset)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// Runs the project's migrations older than `version` on an unmigrated database: what a
+/// database was before that migration, to fill with old data and then migrate.
+pub async fn migrate_before(db: &TestDb, version: i64) {
+    let mut before = sqlx::migrate!("../migrations");
+    before.migrations = std::borrow::Cow::Owned(
+        before
+            .migrations
+            .iter()
+            .filter(|m| m.version < version)
+            .cloned()
+            .collect(),
+    );
+    before.run(&db.pool).await.unwrap();
+}
+
 /// The job completed, with every one of `rows` rows counted and stored once.
 pub async fn completed_exactly(db: &TestDb, done: &JobView, rows: usize) {
     assert_eq!(done.status, JobStatus::Completed, "{done:?}");
