@@ -21,6 +21,7 @@ pub mod data;
 pub mod focus;
 pub mod history;
 pub mod job_list;
+pub mod job_types;
 pub mod live;
 pub mod model;
 pub mod pages;

@@ -16,6 +16,7 @@ pub mod error;
 mod events;
 pub mod health;
 pub mod identity;
+mod job_types;
 mod jobs;
 mod measure;
 mod openapi;
@@ -228,6 +229,14 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
             "/api/datasets/{name}/rows",
             Anyone,
             datasets::rows,
+        ),
+        Endpoint::new(post.clone(), "/api/job-types", Admin, job_types::register),
+        Endpoint::new(get.clone(), "/api/job-types", Anyone, job_types::list),
+        Endpoint::new(
+            get.clone(),
+            "/api/job-types/{name}",
+            Anyone,
+            job_types::show,
         ),
         Endpoint::new(get.clone(), "/api/openapi.json", Anyone, openapi::document),
         Endpoint::new(get.clone(), "/api/session", Public, account::session),

@@ -21,8 +21,8 @@ use utoipa::{
 };
 
 use super::{
-    Access, account, bulk, datasets, error::ErrorBody, events, health, jobs, queue, reports,
-    results, route_table, scrape, uploads, users,
+    Access, account, bulk, datasets, error::ErrorBody, events, health, job_types, jobs, queue,
+    reports, results, route_table, scrape, uploads, users,
 };
 
 #[derive(OpenApi)]
@@ -58,6 +58,9 @@ use super::{
         datasets::list,
         datasets::show,
         datasets::delete,
+        job_types::register,
+        job_types::list,
+        job_types::show,
         datasets::rows,
         account::session,
         account::sign_in,
@@ -82,6 +85,7 @@ use super::{
         (name = "events", description = "Changes of jobs as they happen, as server-sent events."),
         (name = "reports", description = "What jobs leave behind: their row errors, an export's file."),
         (name = "datasets", description = "Datasets: their columns and rows."),
+        (name = "job types", description = "Kinds of work other services run on the engine."),
         (name = "session", description = "Signing in and out."),
         (name = "account", description = "Signing up, one's password and API tokens."),
         (name = "users", description = "Accounts and their roles."),

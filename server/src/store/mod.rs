@@ -13,6 +13,7 @@ pub mod exports;
 pub mod history;
 pub mod job_counts;
 pub mod job_list;
+pub mod job_types;
 pub mod jobs;
 pub mod leadership;
 pub mod leases;

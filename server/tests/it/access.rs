@@ -43,6 +43,8 @@ struct World {
     import: JobView,
     export: JobView,
     upload_id: String,
+    /// A job type the admin registered.
+    job_type: String,
 }
 
 /// What a probe expects: the status for each of [`WHO`], and text that only some may find in
@@ -125,6 +127,14 @@ impl World {
             // No cookie jar: every request comes from a new visitor.
             Client::new(),
         ];
+        let job_type = "access.walk".to_owned();
+        let registered = clients[3]
+            .post(server.url("/api/job-types"))
+            .json(&json!({ "name": job_type }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(registered.status(), StatusCode::CREATED);
         Self {
             server,
             clients,
@@ -133,6 +143,7 @@ impl World {
             import,
             export,
             upload_id,
+            job_type,
         }
     }
 
@@ -331,6 +342,20 @@ impl World {
             ("GET", "/api/datasets/{name}/rows") => {
                 let url = self.url(&format!("/api/datasets/contacts/rows?owner={}", self.a_id));
                 (response(c.get(url)).await, expect_seen(READ, MARK, SEES_A))
+            }
+            ("POST", "/api/job-types") => {
+                // Only admins register types (a new name each time).
+                let name = format!("t{}", Uuid::new_v4().simple());
+                let body = json!({ "name": name });
+                (
+                    response(c.post(self.url(path)).json(&body)).await,
+                    expect([403, 403, 403, 201, 403, 401]),
+                )
+            }
+            ("GET", "/api/job-types") => (response(c.get(self.url(path))).await, expect(EVERYONE)),
+            ("GET", "/api/job-types/{name}") => {
+                let url = self.url(&format!("/api/job-types/{}", self.job_type));
+                (response(c.get(url)).await, expect(EVERYONE))
             }
             ("GET", "/api/session") => (response(c.get(self.url(path))).await, expect(EVERYONE)),
             ("GET", "/api/openapi.json") => {

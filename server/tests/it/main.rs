@@ -25,6 +25,7 @@ mod hostile_requests;
 mod import_review;
 mod job_list;
 mod job_trees;
+mod job_types;
 mod live_events;
 mod logs;
 mod metrics;

@@ -1,0 +1,29 @@
+//! Job types: kinds of work other services run on the engine (issue 14), registered by name
+//! with their defaults, as `GET /api/job-types` shows them.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// A registered job type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct JobTypeView {
+    /// `payroll.run`, `video-render`: what `jobType` names when a job of it is created.
+    pub name: String,
+    /// How long a claimed item stays its worker's without a heartbeat.
+    pub lease_seconds: i32,
+    /// Attempts per item before it fails.
+    pub max_failures_per_item: i32,
+    /// The wait before a failed item's next attempt, doubled at each attempt.
+    pub backoff_seconds: i32,
+    /// The items of a job run one at a time, in the order they were added.
+    pub ordered: bool,
+    /// Days a finished job of this type is kept; the deployment's default when absent.
+    pub retain_days: Option<i32>,
+    /// The type of the job that each succeeded item's result starts an item of.
+    pub follow_up: Option<String>,
+    /// The largest item payload accepted, in bytes of JSON.
+    pub max_payload_bytes: i32,
+    pub created_at: DateTime<Utc>,
+}
