@@ -21,10 +21,18 @@ pub enum JobKind {
     Batch,
     /// Removes a deleted dataset's rows (its progress counts them).
     Delete,
+    /// A job of a registered type (`itemType`): items that external workers claim over HTTP.
+    Items,
 }
 
 impl JobKind {
-    pub const ALL: [Self; 4] = [Self::Import, Self::Export, Self::Batch, Self::Delete];
+    pub const ALL: [Self; 5] = [
+        Self::Import,
+        Self::Export,
+        Self::Batch,
+        Self::Delete,
+        Self::Items,
+    ];
 
     /// The word in the API and the database.
     pub fn as_str(self) -> &'static str {
@@ -33,6 +41,7 @@ impl JobKind {
             Self::Export => "export",
             Self::Batch => "batch",
             Self::Delete => "delete",
+            Self::Items => "items",
         }
     }
 }
@@ -260,6 +269,12 @@ pub struct JobView {
     /// Its dataset has been deleted since (an import or export of it is not retried).
     #[serde(default)]
     pub dataset_deleted: bool,
+    /// A job of a registered type: the type's name.
+    #[serde(default)]
+    pub item_type: Option<String>,
+    /// No more items (or chunks, or children) will be added.
+    #[serde(default)]
+    pub sealed: bool,
     /// An export's file format.
     pub format: Option<ExportFormat>,
     /// Where a finished export's file is downloaded.
@@ -445,6 +460,7 @@ impl JobView {
                 "Deletion of {}",
                 self.dataset.as_deref().unwrap_or("a dataset")
             ),
+            JobKind::Items => format!("{} job", self.item_type.as_deref().unwrap_or("A")),
             JobKind::Export => format!(
                 "Export of {} as {}",
                 self.dataset.as_deref().unwrap_or("a dataset"),
@@ -483,7 +499,7 @@ impl JobView {
                 format!("{} added", thousands(self.rows_ok - self.rows_updated)),
                 format!("{} replaced", thousands(self.rows_updated)),
             ),
-            JobKind::Export | JobKind::Batch => return None,
+            JobKind::Export | JobKind::Batch | JobKind::Items => return None,
         };
         Some(if self.rows_updated > 0 {
             format!("{added}, {replaced}")
@@ -577,7 +593,16 @@ impl JobView {
 
     /// "x of y rows", with thousands separators; "x rows so far" while the row count is
     /// unknown (a workbook's sheet is imported as it is read); `None` before any row.
+    /// A job of a registered type: "x of y items", "… so far" until it is sealed.
     pub fn rows_line(&self) -> Option<String> {
+        if self.job_type == JobKind::Items {
+            return Some(format!(
+                "{} of {} items{}",
+                thousands(self.item_progress),
+                thousands(self.item_count.unwrap_or(0)),
+                if self.sealed { "" } else { " so far" }
+            ));
+        }
         match self.item_count {
             Some(count) => Some(format!(
                 "{} of {} rows",
@@ -652,6 +677,8 @@ mod tests {
             chunks_total: 0,
             chunks_done: 0,
             dataset_deleted: false,
+            item_type: None,
+            sealed: false,
             version: 1,
             error: None,
             filename: None,

@@ -18,8 +18,8 @@ pub fn JobControls(
     #[prop(into)] status: Signal<JobStatus>,
     /// Who owns the job: only they (and admins) may change it.
     owner: Uuid,
-    /// Batches are not retried (their children are); deletions are not cancelled (their
-    /// dataset is gone already).
+    /// Batches are not retried (their children are), nor yet jobs of registered types;
+    /// deletions are not cancelled (their dataset is gone already).
     kind: JobKind,
     /// What the job is ("Import of people.csv"): in a list of jobs, each button is named for
     /// its job.
@@ -64,7 +64,8 @@ pub fn JobControls(
     let finished_badly = move || matches!(status.get(), JobStatus::Failed | JobStatus::Cancelled);
     let retryable = move || {
         let gone = dataset_deleted.get() && kind != JobKind::Delete;
-        kind != JobKind::Batch && !gone && finished_badly() && remedy.read().is_none()
+        let retried = !matches!(kind, JobKind::Batch | JobKind::Items);
+        retried && !gone && finished_badly() && remedy.read().is_none()
     };
     let cancellable = move || kind != JobKind::Delete && live();
     let fix = move || {

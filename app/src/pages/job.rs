@@ -159,7 +159,7 @@ fn LiveJob(job: JobView) -> impl IntoView {
                     {match kind {
                         JobKind::Export => "from dataset ",
                         JobKind::Delete => "of dataset ",
-                        JobKind::Import | JobKind::Batch => "into dataset ",
+                        JobKind::Import | JobKind::Batch | JobKind::Items => "into dataset ",
                     }}
                     <strong>{move || state.read().dataset.clone().unwrap_or_default()}</strong>
                     {move || (state.read().dataset_deleted && kind != JobKind::Delete)

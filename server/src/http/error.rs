@@ -191,6 +191,9 @@ impl From<CreateError> for ApiError {
             CreateError::Preview(err) => err.into(),
             CreateError::Deletion(err) => err.into(),
             CreateError::Conflict(message) => Self::Conflict(message),
+            CreateError::UnknownJobType(_) => {
+                Self::Invalid(format!("Cannot create the job: {err}."))
+            }
         }
     }
 }

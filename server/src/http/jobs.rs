@@ -10,6 +10,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
+use sqlx::PgPool;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -32,6 +33,7 @@ use crate::{
         reading::Reading,
         schema::{self, Declared},
     },
+    store::items::NewItem,
     store::{
         datasets, history,
         job_list::{self, Owners},
@@ -44,15 +46,16 @@ static REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 use app::{
     history::JobHistory,
     job_list::{JobPage, ListQuery},
+    job_types::JobTypeView,
     model::{ExportFormat, JobKind, JobStatus, JobView},
 };
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateJob {
-    /// `import`, `export`, `batch`, or `validate`: a dry run of an import into an existing
-    /// dataset, which checks and counts every row and reports its errors, writing none (its
-    /// job is an import with `dryRun: true`).
+    /// `import`, `export`, `batch`, `validate` (a dry run of an import, which checks and counts
+    /// every row and reports its errors, writing none: its job is an import with `dryRun:
+    /// true`), or the name of a registered job type (`GET /api/job-types`).
     #[schema(value_type = String, example = "import")]
     job_type: String,
     /// For an import: the id of an upload (`POST /api/uploads`).
@@ -79,6 +82,9 @@ pub struct CreateJob {
     /// For an import: the id of the import whose error report (fixed) this file is; the new
     /// job links back to it. The report's `_row` and `_error` columns are ignored.
     fixes: Option<Uuid>,
+    /// For a job of a registered type: its first items (more with `POST
+    /// /api/jobs/{id}/items`, until it is sealed).
+    items: Option<Vec<NewItemBody>>,
     /// For an import or a dry run into a new dataset: its columns and key. The dataset comes
     /// into being when an import into it completes (a dry run's import keeps them); 409 when
     /// the caller has a dataset of that name.
@@ -121,6 +127,28 @@ fn callback_url(raw: &str, policy: &Policy) -> Result<String, ApiError> {
     Ok(url.to_string())
 }
 
+/// One item of a job of a registered type.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NewItemBody {
+    /// Any JSON, at most the type's `maxPayloadBytes`.
+    #[schema(value_type = Object)]
+    payload: serde_json::Value,
+    /// Unique within the job: an item sent again with its key is not added twice.
+    dedupe_key: Option<String>,
+}
+
+/// The items of a request, as the store takes them.
+pub fn new_items(items: &[NewItemBody]) -> Vec<NewItem> {
+    items
+        .iter()
+        .map(|item| NewItem {
+            payload: item.payload.to_string(),
+            dedupe_key: item.dedupe_key.clone(),
+        })
+        .collect()
+}
+
 /// The job a create request asks for.
 enum What<'a> {
     Import(create::Import<'a>),
@@ -129,13 +157,22 @@ enum What<'a> {
         format: ExportFormat,
     },
     Batch,
+    /// A job of a registered type (`jobType` names it), with its first items.
+    Items {
+        job_type: JobTypeView,
+        items: Vec<NewItem>,
+    },
 }
 
 /// The longest dedupe or serialize key accepted.
 const MAX_KEY_CHARS: usize = 200;
 
 impl CreateJob {
-    fn what<'a>(&'a self, new_dataset: Option<&'a Declared>) -> Result<What<'a>, ApiError> {
+    async fn what<'a>(
+        &'a self,
+        pool: &PgPool,
+        new_dataset: Option<&'a Declared>,
+    ) -> Result<What<'a>, ApiError> {
         let dataset = |missing: &str| {
             self.dataset
                 .as_deref()
@@ -175,10 +212,12 @@ impl CreateJob {
                 }
             }
             "batch" => What::Batch,
-            other => {
-                return Err(ApiError::Invalid(format!(
-                    "Unknown jobType \"{other}\": use \"import\", \"validate\", \"export\" or \"batch\"."
-                )));
+            name => {
+                // A type that is not registered, or items it refuses, fail before a visitor
+                // becomes a guest.
+                let items = new_items(self.items.as_deref().unwrap_or_default());
+                let job_type = create::job_type_for(pool, name, &items).await?;
+                What::Items { job_type, items }
             }
         })
     }
@@ -310,14 +349,14 @@ pub async fn create(
         .as_ref()
         .map(NewDataset::check)
         .transpose()?;
-    let what = request.what(new_dataset.as_ref())?;
+    let what = request.what(&state.pool, new_dataset.as_ref()).await?;
     if caller.me().is_none() {
         // A visitor owns no upload, dataset or batch: whatever the request names does not
         // exist for them, and they do not become a guest for a request that cannot succeed.
         let missing = match what {
             What::Import(import) => Some(CreateError::UploadNotFound(import.upload_id)),
             What::Export { dataset, .. } => Some(CreateError::DatasetNotFound(dataset.into())),
-            What::Batch => None,
+            What::Batch | What::Items { .. } => None,
         };
         if let Some(missing) = missing.or(options.parent_id.map(CreateError::NotAnOpenBatch)) {
             return Err(missing.into());
@@ -332,6 +371,9 @@ pub async fn create(
             create::export(&state.pool, owner, dataset, format, &options).await?
         }
         What::Batch => create::batch(&state.pool, owner, &options).await?,
+        What::Items { job_type, items } => {
+            create::items(&state.pool, owner, &job_type, &items, &options).await?
+        }
     };
     let location = format!("/api/jobs/{}", created.job.id);
     if created.replayed {
@@ -475,7 +517,8 @@ pub async fn seal(
         id,
         acts,
         outcome,
-        "Only a running batch that is not sealed can be sealed.",
+        "Only a running batch, or a live job of a registered type, that is not sealed can be \
+         sealed.",
     )
     .await
 }

@@ -16,6 +16,7 @@ pub mod error;
 mod events;
 pub mod health;
 pub mod identity;
+mod items;
 mod job_types;
 mod jobs;
 mod measure;
@@ -158,6 +159,16 @@ impl Endpoint {
 /// Multipart framing around the file itself.
 const MULTIPART_OVERHEAD: usize = 64 * 1024;
 
+/// Requests that carry items take up to this much JSON (10,000 items of a few hundred bytes;
+/// axum's default is 2 MB).
+const MAX_ITEMS_BODY: usize = 16 << 20;
+
+/// An endpoint whose request may carry a batch of items.
+fn items_endpoint(mut endpoint: Endpoint) -> Endpoint {
+    endpoint.route = endpoint.route.layer(DefaultBodyLimit::max(MAX_ITEMS_BODY));
+    endpoint
+}
+
 /// Every API route, with who may call it.
 pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
     use Access::*;
@@ -174,7 +185,12 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
             Anyone,
             uploads::preview,
         ),
-        Endpoint::new(post.clone(), "/api/jobs", Anyone, jobs::create),
+        items_endpoint(Endpoint::new(
+            post.clone(),
+            "/api/jobs",
+            Anyone,
+            jobs::create,
+        )),
         Endpoint::new(get.clone(), "/api/jobs", Anyone, jobs::list),
         Endpoint::new(get.clone(), "/api/jobs/events", Anyone, events::all_jobs),
         Endpoint::new(post.clone(), "/api/jobs/bulk", Anyone, bulk::run),
@@ -196,6 +212,13 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
             Anyone,
             jobs::import_dry_run,
         ),
+        items_endpoint(Endpoint::new(
+            post.clone(),
+            "/api/jobs/{id}/items",
+            Anyone,
+            items::add,
+        )),
+        Endpoint::new(get.clone(), "/api/jobs/{id}/items", Anyone, items::list),
         Endpoint::new(get.clone(), "/api/jobs/{id}/errors", Anyone, reports::json),
         Endpoint::new(
             get.clone(),

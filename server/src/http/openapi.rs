@@ -21,8 +21,8 @@ use utoipa::{
 };
 
 use super::{
-    Access, account, bulk, datasets, error::ErrorBody, events, health, job_types, jobs, queue,
-    reports, results, route_table, scrape, uploads, users,
+    Access, account, bulk, datasets, error::ErrorBody, events, health, items, job_types, jobs,
+    queue, reports, results, route_table, scrape, uploads, users,
 };
 
 #[derive(OpenApi)]
@@ -58,6 +58,8 @@ use super::{
         datasets::list,
         datasets::show,
         datasets::delete,
+        items::add,
+        items::list,
         job_types::register,
         job_types::list,
         job_types::show,

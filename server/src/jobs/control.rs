@@ -42,7 +42,7 @@ pub async fn retry(
     transition(pool, job_id, acts, Transition::Retry { limit }).await
 }
 
-/// A batch takes no more children.
+/// A batch takes no more children; a job of a registered type no more items.
 pub async fn seal(pool: &PgPool, job_id: Uuid, acts: Sees) -> sqlx::Result<Outcome> {
     transition(pool, job_id, acts, Transition::Seal).await
 }
@@ -75,7 +75,13 @@ async fn transition(
     let changed: Vec<(Uuid, i64)> = match transition {
         Transition::Cancel => states::job::cancel(&mut tx, &[job_id], acts).await?,
         Transition::Retry { .. } => states::job::retry(&mut tx, &[job_id], acts).await?,
-        Transition::Seal => this_job(states::job::seal_batch(&mut tx, job_id, acts).await?),
+        Transition::Seal => {
+            let sealed = match states::job::seal_batch(&mut tx, job_id, acts).await? {
+                Some(version) => Some(version),
+                None => states::job::seal_items(&mut tx, job_id, acts).await?,
+            };
+            this_job(sealed)
+        }
     };
     if changed.is_empty() {
         tx.rollback().await?;

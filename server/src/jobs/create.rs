@@ -1,6 +1,9 @@
 //! Creating a job: the job row, its first task and the first notification, in one transaction.
 
-use app::model::{DatasetView, JobView};
+use app::{
+    job_types::JobTypeView,
+    model::{DatasetView, JobView},
+};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
@@ -20,6 +23,8 @@ use crate::{
     },
     store::{
         datasets,
+        items::{self as store_items, NewItem},
+        job_types,
         jobs::{self, NewJob, NewKind, Options},
         notify,
         queue::{self, Priority, TaskMsg},
@@ -53,6 +58,11 @@ pub enum CreateError {
     Deletion(#[from] DeleteError),
     #[error("{0}")]
     Conflict(String),
+    #[error(
+        "unknown jobType \"{0}\": use \"import\", \"validate\", \"export\", \"batch\" or a \
+         registered job type (GET /api/job-types)"
+    )]
+    UnknownJobType(String),
 }
 
 /// A job as a create request left it: new, or the one an earlier request with the same
@@ -148,7 +158,7 @@ pub async fn import(
         dry_run,
         fixes,
     };
-    let inserted = jobs::insert(&mut tx, owner, dataset_id, kind, &options).await?;
+    let inserted = jobs::insert(&mut tx, owner, Some(dataset_id), kind, &options).await?;
     let plan = |job_id| Some(TaskMsg::Plan { job_id });
     queue_first_task(pool, tx, owner, &options, inserted, plan).await
 }
@@ -276,7 +286,7 @@ pub async fn export(
     }
     join_batch(&mut tx, owner, &options).await?;
     let kind = NewKind::Export { format };
-    let inserted = jobs::insert(&mut tx, owner, dataset_id, kind, &options).await?;
+    let inserted = jobs::insert(&mut tx, owner, Some(dataset_id), kind, &options).await?;
     let plan = |job_id| Some(TaskMsg::ExportPlan { job_id });
     queue_first_task(pool, tx, owner, &options, inserted, plan).await
 }
@@ -288,6 +298,98 @@ pub fn parse_format(word: &str) -> Result<ExportFormat, CreateError> {
             "Unknown format \"{word}\": use \"csv\" or \"xlsx\"."
         ))
     })
+}
+
+/// Items per request at most (`POST /api/jobs` and `POST /api/jobs/{id}/items`).
+pub const MAX_ITEMS_PER_CALL: usize = 10_000;
+
+/// The longest item dedupe key accepted.
+pub const MAX_ITEM_KEY_CHARS: usize = 200;
+
+/// Refuses a batch of items a job of `job_type` cannot take: too many at once, a payload
+/// larger than the type allows, a dedupe key too long.
+pub fn check_items(job_type: &JobTypeView, items: &[NewItem]) -> Result<(), CreateError> {
+    if items.len() > MAX_ITEMS_PER_CALL {
+        return Err(CreateError::Invalid(format!(
+            "At most {MAX_ITEMS_PER_CALL} items per request: add the rest with POST \
+             /api/jobs/{{id}}/items."
+        )));
+    }
+    for (i, item) in items.iter().enumerate() {
+        if item.payload.len() > job_type.max_payload_bytes as usize {
+            return Err(CreateError::Invalid(format!(
+                "Item {} has a payload of {} bytes, more than \"{}\" takes ({} bytes).",
+                i + 1,
+                item.payload.len(),
+                job_type.name,
+                job_type.max_payload_bytes
+            )));
+        }
+        if item
+            .dedupe_key
+            .as_ref()
+            .is_some_and(|key| key.is_empty() || key.chars().count() > MAX_ITEM_KEY_CHARS)
+        {
+            return Err(CreateError::Invalid(format!(
+                "Item {}'s \"dedupeKey\" must be 1 to {MAX_ITEM_KEY_CHARS} characters.",
+                i + 1
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The registered type a request names, with the first items it sends checked against it.
+pub async fn job_type_for(
+    pool: &PgPool,
+    name: &str,
+    items: &[NewItem],
+) -> Result<JobTypeView, CreateError> {
+    let job_type = job_types::find(pool, name)
+        .await?
+        .ok_or_else(|| CreateError::UnknownJobType(name.to_owned()))?;
+    check_items(&job_type, items)?;
+    Ok(job_type)
+}
+
+/// Queues a job of a registered type for `owner`, with its first items, checked
+/// ([`job_type_for`]); more may be added until it is sealed. Its items are claimed by external
+/// workers, not queued: the job has no task of its own.
+pub async fn items(
+    pool: &PgPool,
+    owner: Uuid,
+    job_type: &JobTypeView,
+    items: &[NewItem],
+    options: &Options,
+) -> Result<Created, CreateError> {
+    let options = Options {
+        serialize_key: options
+            .serialize_key
+            .as_ref()
+            .map(|key| format!("{owner}:{key}")),
+        ..options.clone()
+    };
+    let mut tx = pool.begin().await?;
+    jobs::hold_owners_jobs(&mut tx, owner).await?;
+    jobs::lock_serialize_key(
+        &mut tx,
+        options.serialize_key.as_deref().unwrap_or_default(),
+    )
+    .await?;
+    join_batch(&mut tx, owner, &options).await?;
+    let kind = NewKind::Items {
+        job_type: &job_type.name,
+        max_failures_per_item: job_type.max_failures_per_item,
+    };
+    let inserted = jobs::insert(&mut tx, owner, None, kind, &options).await?;
+    if let Some(job) = inserted
+        && !items.is_empty()
+    {
+        store_items::add(&mut tx, job.id, Some(owner), items)
+            .await?
+            .map_err(|_| sqlx::Error::RowNotFound)?;
+    }
+    queue_first_task(pool, tx, owner, &options, inserted, |_| None).await
 }
 
 /// Creates a batch: a parent for imports and exports created with its id as `parentId`. It

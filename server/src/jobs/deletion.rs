@@ -72,7 +72,7 @@ pub async fn queue(
     let kind = NewKind::Delete {
         rows: doomed.row_count,
     };
-    let job = jobs::insert(conn, owner, doomed.id, kind, &Options::default())
+    let job = jobs::insert(conn, owner, Some(doomed.id), kind, &Options::default())
         .await?
         .ok_or(sqlx::Error::RowNotFound)?;
     let task = TaskMsg::DeleteRows { job_id: job.id };

@@ -26,6 +26,7 @@ macro_rules! select_view {
            j.mapping as "mapping: Json<Mapping>", j.dry_run, j.fixes,
            d.name as "dataset?", j.format as "format: ExportFormat",
            coalesce(d.state = 'deleted'::dataset_state, false) as "dataset_deleted!",
+           j.job_type as item_type, j.sealed,
            j.result_upload_id is not null as "has_result!",
            extract(epoch from coalesce(j.finished_at, now()) - j.started_at)::float8
                as elapsed_seconds,
@@ -78,6 +79,8 @@ struct ViewRow {
     fixes: Option<Uuid>,
     dataset: Option<String>,
     dataset_deleted: bool,
+    item_type: Option<String>,
+    sealed: bool,
     format: Option<ExportFormat>,
     has_result: bool,
     elapsed_seconds: Option<f64>,
@@ -151,6 +154,8 @@ impl From<ViewRow> for JobView {
             filename: row.filename,
             sheet: row.sheet,
             dataset_deleted: row.dataset_deleted,
+            item_type: row.item_type,
+            sealed: row.sealed,
             mapping: row.mapping.map(|Json(mapping)| mapping),
             dry_run: row.dry_run,
             fixes: row.fixes,
@@ -220,20 +225,39 @@ pub enum NewKind<'a> {
     Export { format: ExportFormat },
     /// The rows of the (deleted) dataset to remove: the job's item count.
     Delete { rows: i64 },
+    /// A job of a registered type, with the type's attempts per item unless the request
+    /// says otherwise.
+    Items {
+        job_type: &'a str,
+        max_failures_per_item: i32,
+    },
 }
 
-/// Inserts a new import, export or delete job, `waiting`. `None` when the owner already has a job
+/// Inserts a new import, export, delete or items job, `waiting`. `None` when the owner already has a job
 /// with the same dedupe key.
 pub async fn insert(
     conn: &mut PgConnection,
     owner: Uuid,
-    dataset_id: Uuid,
+    dataset_id: Option<Uuid>,
     kind: NewKind<'_>,
     options: &Options,
 ) -> sqlx::Result<Option<NewJob>> {
     let item_count = match kind {
         NewKind::Delete { rows } => Some(rows),
+        NewKind::Items { .. } => Some(0),
         NewKind::Import { .. } | NewKind::Export { .. } => None,
+    };
+    let (job_type, max_failures_per_item) = match kind {
+        NewKind::Items {
+            job_type,
+            max_failures_per_item,
+        } => (
+            Some(job_type),
+            options
+                .max_failures_per_item
+                .or(Some(max_failures_per_item)),
+        ),
+        _ => (None, options.max_failures_per_item),
     };
     let (kind, upload_id, sheet, format, reading, mapping, dry_run, fixes) = match kind {
         NewKind::Import {
@@ -264,15 +288,16 @@ pub async fn insert(
             None,
         ),
         NewKind::Delete { .. } => (JobKind::Delete, None, None, None, None, None, false, None),
+        NewKind::Items { .. } => (JobKind::Items, None, None, None, None, None, false, None),
     };
     sqlx::query_as!(
         NewJob,
         "insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, format,
                            max_failures_per_item, max_row_errors, max_row_errors_percent,
                            dedupe_key, serialize_key, parent_id, callback_url, source_filename,
-                           reading, mapping, dry_run, fixes, item_count)
+                           reading, mapping, dry_run, fixes, item_count, job_type)
          values ($1, $2, $3, $4, $5, $6, $7, coalesce($8, 5), $9, $10, $11, $12, $13, $14,
-                 (select filename from uploads where id = $4), $15, $16, $17, $18, $19)
+                 (select filename from uploads where id = $4), $15, $16, $17, $18, $19, $20)
          on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
          returning id, ticket",
         Uuid::now_v7(),
@@ -282,7 +307,7 @@ pub async fn insert(
         dataset_id,
         sheet,
         format as Option<ExportFormat>,
-        options.max_failures_per_item,
+        max_failures_per_item,
         options.max_row_errors,
         options.max_row_errors_percent as _,
         options.dedupe_key,
@@ -294,6 +319,7 @@ pub async fn insert(
         dry_run,
         fixes,
         item_count,
+        job_type,
     )
     .fetch_optional(conn)
     .await

@@ -365,7 +365,9 @@ pub async fn take_unqueued(
              union all
              select j.id, j.kind, null, j.status = $6 from jobs j
              where j.status = any($7) and j.run_after <= now()
-               and j.lease_owner is null and j.kind <> $8
+               -- Batches have no step; a job of a registered type's items are claimed over
+               -- HTTP, not queued.
+               and j.lease_owner is null and j.kind <> all($8)
                -- A step is to do: the start (and plan) of a waiting job, the plan of an
                -- unplanned one, or the finish of an export whose chunks are done.
                and (j.status = $6 or not j.sealed
@@ -402,7 +404,7 @@ pub async fn take_unqueued(
     .bind(JobStatus::Running)
     .bind(JobStatus::Waiting)
     .bind(LIVE)
-    .bind(JobKind::Batch)
+    .bind([JobKind::Batch, JobKind::Items])
     .bind(JobKind::Export)
     .fetch_all(conn)
     .await?;
@@ -423,7 +425,9 @@ impl Unqueued {
             (JobKind::Export, None) => TaskMsg::ExportFinish { job_id },
             // Never sealed: a deletion is one step from start to end.
             (JobKind::Delete, None) => TaskMsg::DeleteRows { job_id },
-            (JobKind::Import | JobKind::Batch, None) => TaskMsg::Plan { job_id },
+            (JobKind::Import, None) => TaskMsg::Plan { job_id },
+            // Never selected (see the query); a plan task would find no import and end.
+            (JobKind::Batch | JobKind::Items, None) => TaskMsg::Plan { job_id },
         }
     }
 }

@@ -11,6 +11,7 @@ pub mod datasets;
 pub mod errors;
 pub mod exports;
 pub mod history;
+pub mod items;
 pub mod job_counts;
 pub mod job_list;
 pub mod job_types;

@@ -45,6 +45,8 @@ struct World {
     upload_id: String,
     /// A job type the admin registered.
     job_type: String,
+    /// A job of A's of that type, with an item.
+    items_job: Uuid,
 }
 
 /// What a probe expects: the status for each of [`WHO`], and text that only some may find in
@@ -135,6 +137,9 @@ impl World {
             .await
             .unwrap();
         assert_eq!(registered.status(), StatusCode::CREATED);
+        let body = json!({ "jobType": job_type, "items": [{ "payload": { "note": MARK } }] });
+        let items_job: JobView =
+            json_of(clients[A].post(server.url("/api/jobs")).json(&body)).await;
         Self {
             server,
             clients,
@@ -144,6 +149,7 @@ impl World {
             export,
             upload_id,
             job_type,
+            items_job: items_job.id,
         }
     }
 
@@ -341,6 +347,15 @@ impl World {
             }
             ("GET", "/api/datasets/{name}/rows") => {
                 let url = self.url(&format!("/api/datasets/contacts/rows?owner={}", self.a_id));
+                (response(c.get(url)).await, expect_seen(READ, MARK, SEES_A))
+            }
+            ("POST", "/api/jobs/{id}/items") => {
+                let url = self.url(&format!("/api/jobs/{}/items", self.items_job));
+                let body = json!({ "items": [{ "payload": { "n": 1 } }] });
+                (response(c.post(url).json(&body)).await, expect(CHANGE))
+            }
+            ("GET", "/api/jobs/{id}/items") => {
+                let url = self.url(&format!("/api/jobs/{}/items", self.items_job));
                 (response(c.get(url)).await, expect_seen(READ, MARK, SEES_A))
             }
             ("POST", "/api/job-types") => {

@@ -23,6 +23,7 @@ mod history;
 mod hostile_files;
 mod hostile_requests;
 mod import_review;
+mod items;
 mod job_list;
 mod job_trees;
 mod job_types;

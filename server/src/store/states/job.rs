@@ -189,13 +189,13 @@ async fn end_if_all_chunks_ended(conn: &mut PgConnection, id: Uuid) -> sqlx::Res
              finished_at = now(), version = version + 1
          where id = $1 and status = $2 and sealed
            and chunks_done + chunks_failed = chunks_total
-           and (kind = $5 or chunks_failed > 0)
+           and (kind = any($5) or chunks_failed > 0)
          returning version",
         id,
         Running as JobStatus,
         Completed as JobStatus,
         Failed as JobStatus,
-        JobKind::Import as JobKind,
+        &[JobKind::Import, JobKind::Items] as &[JobKind],
     )
     .fetch_optional(&mut *conn)
     .await?;
@@ -337,7 +337,7 @@ pub async fn retry(
              run_after = now(), last_error = null, lease_owner = null, lease_expires_at = null,
              version = version + 1
          where id = any($1) and status = any($4) and items_pruned_at is null
-           and kind <> $5 and ($2::uuid is null or owner = $2) and remedy is null
+           and kind <> all($5) and ($2::uuid is null or owner = $2) and remedy is null
            and (kind = $6 or not exists (select 1 from datasets d
                                          where d.id = jobs.dataset_id and d.state = $7))
          returning id, version",
@@ -345,7 +345,7 @@ pub async fn retry(
         acts.owner_filter(),
         Waiting as JobStatus,
         &[Failed, Cancelled] as &[JobStatus],
-        JobKind::Batch as JobKind,
+        &[JobKind::Batch, JobKind::Items] as &[JobKind],
         JobKind::Delete as JobKind,
         DatasetState::Deleted as DatasetState,
     )
@@ -401,6 +401,40 @@ pub async fn seal_batch(
     )
     .fetch_optional(conn)
     .await
+}
+
+/// A live job of a registered type takes no more items; it ends at once if every item has
+/// (one sealed without items starts and completes). `None` also when `acts` does not cover it.
+pub async fn seal_items(
+    conn: &mut PgConnection,
+    id: Uuid,
+    acts: Sees,
+) -> sqlx::Result<Option<i64>> {
+    let sealed = sqlx::query!(
+        "update jobs set sealed = true, item_count = chunks_total, version = version + 1
+         where id = $1 and kind = $3 and status = any($4) and not sealed
+           and ($2::uuid is null or owner = $2)
+         returning version, status as \"status: JobStatus\",
+             chunks_done + chunks_failed = chunks_total as \"all_ended!\"",
+        id,
+        acts.owner_filter(),
+        JobKind::Items as JobKind,
+        &LIVE[..] as &[JobStatus],
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(sealed) = sealed else {
+        return Ok(None);
+    };
+    if !sealed.all_ended {
+        return Ok(Some(sealed.version));
+    }
+    if sealed.status == Waiting {
+        start(conn, id).await?;
+    }
+    Ok(end_if_all_chunks_ended(conn, id)
+        .await?
+        .or(Some(sealed.version)))
 }
 
 /// Every sealed `running` batch whose children have all ended → `completed` if they all

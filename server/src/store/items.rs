@@ -1,0 +1,159 @@
+//! The items of jobs of registered types (issue 14): adding them in batches, and reading them.
+//! Items count in their job as chunks do (`chunks_total`: known; `chunks_done`/`chunks_failed`:
+//! ended), so the job states of `store::states` carry them unchanged.
+
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use app::job_types::{ItemState, ItemView};
+
+use super::states::{JobKind, JobStatus, LIVE};
+
+/// An item to add: its payload (JSON text) and dedupe key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewItem {
+    pub payload: String,
+    pub dedupe_key: Option<String>,
+}
+
+/// What adding a batch did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Added {
+    pub added: i64,
+    /// Items whose dedupe key the job had (or that repeated one earlier in the batch).
+    pub duplicates: i64,
+    /// The job's new version, when any item was added.
+    pub version: Option<i64>,
+}
+
+/// Why a batch was not added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotAdded {
+    /// No job of a registered type with that id that the caller may change.
+    NoSuchJob,
+    /// It is sealed, or it has ended.
+    Closed,
+}
+
+/// Adds a batch of items to a live, unsealed job of a registered type, in the caller's
+/// transaction, numbered after the job's last; an item whose dedupe key the job has is left
+/// out. `owner`: the job must be theirs (`None`: anyone's).
+pub async fn add(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    owner: Option<Uuid>,
+    items: &[NewItem],
+) -> sqlx::Result<Result<Added, NotAdded>> {
+    // The job's row, locked: batches added at once are numbered one after the other.
+    let job = sqlx::query!(
+        r#"select sealed, status = any($3) as "live!" from jobs
+           where id = $1 and kind = $2 and ($4::uuid is null or owner = $4)
+           for no key update"#,
+        job_id,
+        JobKind::Items as JobKind,
+        &LIVE[..] as &[JobStatus],
+        owner,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    match job {
+        None => return Ok(Err(NotAdded::NoSuchJob)),
+        Some(job) if job.sealed || !job.live => return Ok(Err(NotAdded::Closed)),
+        Some(_) => {}
+    }
+    let payloads: Vec<&str> = items.iter().map(|i| i.payload.as_str()).collect();
+    let keys: Vec<Option<&str>> = items.iter().map(|i| i.dedupe_key.as_deref()).collect();
+    let added = sqlx::query_scalar!(
+        r#"with last as (
+             select coalesce(max(item_no), 0) as n from job_items where job_id = $1
+         ), inserted as (
+             insert into job_items (job_id, item_no, payload, dedupe_key)
+             select $1, last.n + u.ord, u.payload::jsonb, u.key
+             from unnest($2::text[], $3::text[]) with ordinality as u (payload, key, ord), last
+             order by u.ord
+             on conflict (job_id, dedupe_key) where dedupe_key is not null do nothing
+             returning 1
+         )
+         select count(*) as "n!" from inserted"#,
+        job_id,
+        &payloads as &[&str],
+        &keys as &[Option<&str>],
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let version = if added > 0 {
+        sqlx::query_scalar!(
+            "update jobs set chunks_total = chunks_total + $2, item_count = chunks_total + $2,
+                 version = version + 1
+             where id = $1
+             returning version",
+            job_id,
+            added as i32,
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .map(Some)?
+    } else {
+        None
+    };
+    Ok(Ok(Added {
+        added,
+        duplicates: items.len() as i64 - added,
+        version,
+    }))
+}
+
+/// A page of a job's items in order, those in `state` only if given, after item `after`; with
+/// the item number to pass as `after` for the next page (none on the last).
+pub async fn page(
+    pool: &PgPool,
+    job_id: Uuid,
+    state: Option<ItemState>,
+    after: i64,
+    limit: i64,
+) -> sqlx::Result<(Vec<ItemView>, Option<i64>)> {
+    let items = sqlx::query_as!(
+        ItemRow,
+        r#"select item_no, state as "state: ItemState", payload, dedupe_key, attempts, result,
+                  failures, done_at
+           from job_items
+           where job_id = $1 and item_no > $2 and ($3::chunk_state is null or state = $3)
+           order by item_no limit $4"#,
+        job_id,
+        after,
+        state as Option<ItemState>,
+        limit,
+    )
+    .fetch_all(pool)
+    .await?;
+    let next = (items.len() as i64 == limit)
+        .then(|| items.last().map(|item| item.item_no))
+        .flatten();
+    Ok((items.into_iter().map(ItemView::from).collect(), next))
+}
+
+struct ItemRow {
+    item_no: i64,
+    state: ItemState,
+    payload: serde_json::Value,
+    dedupe_key: Option<String>,
+    attempts: i32,
+    result: Option<serde_json::Value>,
+    failures: serde_json::Value,
+    done_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl From<ItemRow> for ItemView {
+    fn from(row: ItemRow) -> Self {
+        ItemView {
+            item_no: row.item_no,
+            state: row.state,
+            payload: row.payload,
+            dedupe_key: row.dedupe_key,
+            attempts: row.attempts,
+            result: row.result,
+            failures: row.failures,
+            done_at: row.done_at,
+        }
+    }
+}

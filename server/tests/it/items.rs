@@ -1,0 +1,240 @@
+//! Jobs of registered types (issue 14): created with items, filled in batches, sealed, paged.
+
+use crate::support::{TestDb, TestServer, account};
+use app::{
+    auth::Role,
+    model::{JobKind, JobStatus, JobView},
+};
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+
+async fn register(server: &TestServer, admin: &Client, body: Value) {
+    let response = admin
+        .post(server.url("/api/job-types"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+}
+
+async fn post(server: &TestServer, client: &Client, path: &str, body: Value) -> reqwest::Response {
+    client
+        .post(server.url(path))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn get(server: &TestServer, client: &Client, path: &str) -> reqwest::Response {
+    client.get(server.url(path)).send().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_job_of_a_registered_type_takes_items_in_batches_until_it_is_sealed() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    account(&db, "admin@example.com", Role::Admin).await;
+    account(&db, "ada@example.com", Role::Member).await;
+    account(&db, "bob@example.com", Role::Member).await;
+    let admin = server.signed_in("admin@example.com").await;
+    let ada = server.signed_in("ada@example.com").await;
+    let bob = server.signed_in("bob@example.com").await;
+    register(
+        &server,
+        &admin,
+        json!({ "name": "render", "maxFailuresPerItem": 3 }),
+    )
+    .await;
+
+    let body = json!({ "jobType": "render", "items": [
+        { "payload": { "frame": 1 }, "dedupeKey": "f1" },
+        { "payload": { "frame": 2 } }
+    ] });
+    let created = post(&server, &ada, "/api/jobs", body).await;
+    assert_eq!(created.status(), StatusCode::ACCEPTED);
+    let job: JobView = created.json().await.unwrap();
+    assert_eq!(
+        (
+            job.job_type,
+            job.item_type.as_deref(),
+            job.status,
+            job.item_count
+        ),
+        (JobKind::Items, Some("render"), JobStatus::Waiting, Some(2))
+    );
+    assert_eq!(job.title(), "render job");
+    assert_eq!(job.rows_line().as_deref(), Some("0 of 2 items so far"));
+    let attempts: i32 = sqlx::query_scalar("select max_failures_per_item from jobs where id = $1")
+        .bind(job.id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 3, "the type's attempts per item");
+
+    let items = format!("/api/jobs/{}/items", job.id);
+    let batch = json!({ "items": [
+        { "payload": { "frame": 3 } },
+        { "payload": { "frame": 1 }, "dedupeKey": "f1" },
+        { "payload": { "frame": 4 }, "dedupeKey": "f4" }
+    ] });
+    let added = post(&server, &ada, &items, batch.clone()).await;
+    assert_eq!(added.status(), StatusCode::OK);
+    let added: Value = added.json().await.unwrap();
+    assert_eq!(
+        (added["added"].as_i64(), added["duplicates"].as_i64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(added["job"]["itemCount"], 4);
+    assert_eq!(
+        post(&server, &bob, &items, batch).await.status(),
+        StatusCode::NOT_FOUND,
+        "another member's job does not exist for them"
+    );
+
+    let page: Value = get(&server, &ada, &format!("{items}?limit=3"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let frames: Vec<i64> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["payload"]["frame"].as_i64().unwrap())
+        .collect();
+    assert_eq!(frames, [1, 2, 3], "in the order they were added");
+    assert_eq!(page["items"][0]["state"], "pending");
+    assert_eq!(page["items"][0]["dedupeKey"], "f1");
+    let next = page["next"].as_i64().unwrap();
+    let rest: Value = get(&server, &ada, &format!("{items}?limit=3&after={next}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rest["items"][0]["payload"]["frame"], 4);
+    assert!(rest.get("next").is_none());
+    let done: Value = get(&server, &ada, &format!("{items}?state=done"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["items"], json!([]));
+    assert_eq!(
+        get(&server, &ada, &format!("{items}?state=soon"))
+            .await
+            .status(),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        get(&server, &bob, &items).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(get(&server, &admin, &items).await.status(), StatusCode::OK);
+
+    let sealed = post(
+        &server,
+        &ada,
+        &format!("/api/jobs/{}/seal", job.id),
+        json!({}),
+    )
+    .await;
+    assert_eq!(sealed.status(), StatusCode::OK);
+    let sealed: JobView = sealed.json().await.unwrap();
+    assert!(sealed.sealed);
+    assert_eq!(
+        sealed.status,
+        JobStatus::Waiting,
+        "its items are still to do"
+    );
+    assert_eq!(sealed.rows_line().as_deref(), Some("0 of 4 items"));
+    let late = post(
+        &server,
+        &ada,
+        &items,
+        json!({ "items": [{ "payload": 5 }] }),
+    )
+    .await;
+    assert_eq!(late.status(), StatusCode::CONFLICT);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn item_jobs_refuse_unknown_types_large_payloads_and_ended_jobs() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    account(&db, "admin@example.com", Role::Admin).await;
+    let admin = server.signed_in("admin@example.com").await;
+    register(
+        &server,
+        &admin,
+        json!({ "name": "tiny", "maxPayloadBytes": 16 }),
+    )
+    .await;
+
+    let unknown = post(&server, &admin, "/api/jobs", json!({ "jobType": "nope" })).await;
+    assert_eq!(unknown.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let message: Value = unknown.json().await.unwrap();
+    assert!(
+        message["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("registered job type"),
+        "{message}"
+    );
+    let large = json!({ "jobType": "tiny", "items": [{ "payload": "a payload of more than 16" }] });
+    let large = post(&server, &admin, "/api/jobs", large).await;
+    assert_eq!(large.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let too_many: Vec<Value> = (0..10_001).map(|i| json!({ "payload": i })).collect();
+    let too_many = json!({ "jobType": "tiny", "items": too_many });
+    assert_eq!(
+        post(&server, &admin, "/api/jobs", too_many).await.status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+
+    // Sealed without items, a job has nothing to do: it completes at once.
+    let empty: JobView = post(&server, &admin, "/api/jobs", json!({ "jobType": "tiny" }))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let sealed: JobView = post(
+        &server,
+        &admin,
+        &format!("/api/jobs/{}/seal", empty.id),
+        json!({}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(sealed.status, JobStatus::Completed, "{sealed:?}");
+
+    let cancelled: JobView = post(&server, &admin, "/api/jobs", json!({ "jobType": "tiny" }))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let cancel = post(
+        &server,
+        &admin,
+        &format!("/api/jobs/{}/cancel", cancelled.id),
+        json!({}),
+    )
+    .await;
+    assert_eq!(cancel.status(), StatusCode::OK);
+    let late = post(
+        &server,
+        &admin,
+        &format!("/api/jobs/{}/items", cancelled.id),
+        json!({ "items": [{ "payload": 1 }] }),
+    )
+    .await;
+    assert_eq!(
+        late.status(),
+        StatusCode::CONFLICT,
+        "a cancelled job takes no items"
+    );
+    server.stop().await;
+}
