@@ -42,7 +42,12 @@ impl BulkAction {
     /// is not cancelled: its dataset is gone already).
     pub fn applies_to_kinds(self) -> &'static [JobKind] {
         match self {
-            Self::Cancel => &[JobKind::Import, JobKind::Export, JobKind::Batch],
+            Self::Cancel => &[
+                JobKind::Import,
+                JobKind::Export,
+                JobKind::Batch,
+                JobKind::Items,
+            ],
             Self::Retry => &[JobKind::Import, JobKind::Export, JobKind::Delete],
         }
     }

@@ -15,6 +15,7 @@ use crate::{
         controls::{Fix, JobControls},
         job_errors::ErrorTable,
         job_history::History,
+        job_items::ItemTable,
         job_review::{ImportReview, NextStep},
     },
     session::use_session,
@@ -139,6 +140,8 @@ fn LiveJob(job: JobView) -> impl IntoView {
     });
     let status = move || state.read().status;
     let kind = state.read_untracked().job_type;
+    let hydrated = RwSignal::new(false);
+    Effect::new(move |_| hydrated.set(true));
     // In parts, each type-erased: one view this deep is more than the compiler will lay out.
     let heading = view! {
             // The title outlives the page by a moment when it is left: read what is still there.
@@ -226,6 +229,16 @@ fn LiveJob(job: JobView) -> impl IntoView {
             <Show when=move || { state.read().rows_failed > 0 }>
                 // Read again only when the count of rows in error changes, not on every update.
                 <ErrorTable id failed=Memo::new(move |_| state.read().rows_failed) />
+            </Show>
+            // Drawn in the browser once the page is live (an effect runs only there): the browser
+            // reads the items, and drawn on the server too the table failed to hydrate (a
+            // marker mismatch in tachys, not yet understood).
+            <Show when=move || hydrated.get() && kind == JobKind::Items>
+                // Read again when an item ends or is added, not on every update.
+                <ItemTable id progress=Memo::new(move |_| {
+                    let job = state.read();
+                    (job.item_progress, job.item_count)
+                }) />
             </Show>
             <NextStep job=state />
             <Fix job=state />

@@ -6,6 +6,7 @@ pub mod datasets;
 pub mod job;
 pub mod job_errors;
 pub mod job_history;
+pub mod job_items;
 pub mod job_review;
 pub mod jobs;
 pub mod queue;

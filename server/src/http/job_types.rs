@@ -51,12 +51,7 @@ impl RegisterJobType {
     /// The type to register, or why it cannot be.
     fn checked(self) -> Result<NewJobType, String> {
         let name = self.name.trim().to_owned();
-        let well_formed = name.len() <= 63
-            && name.starts_with(|c: char| c.is_ascii_lowercase())
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c));
-        if !well_formed {
+        if !job_types::is_well_formed(&name) {
             return Err(
                 "\"name\" must be 1 to 63 characters: lower-case letters, digits, \".\", \"_\" \
                  and \"-\", starting with a letter."

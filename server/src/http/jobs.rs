@@ -131,9 +131,10 @@ fn callback_url(raw: &str, policy: &Policy) -> Result<String, ApiError> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NewItemBody {
-    /// Any JSON, at most the type's `maxPayloadBytes`.
+    /// Any JSON, at most the type's `maxPayloadBytes` as sent. Kept as text while the request
+    /// is read: a body takes about its own size in memory, whatever its shape.
     #[schema(value_type = Object)]
-    payload: serde_json::Value,
+    payload: Box<serde_json::value::RawValue>,
     /// Unique within the job: an item sent again with its key is not added twice.
     dedupe_key: Option<String>,
 }
@@ -143,8 +144,8 @@ pub fn new_items(items: &[NewItemBody]) -> Vec<NewItem> {
     items
         .iter()
         .map(|item| NewItem {
-            payload: item.payload.to_string(),
-            dedupe_key: item.dedupe_key.clone(),
+            payload: item.payload.get().to_owned(),
+            dedupe_key: item.dedupe_key.as_deref().map(|key| key.trim().to_owned()),
         })
         .collect()
 }

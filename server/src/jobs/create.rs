@@ -269,6 +269,8 @@ pub async fn export(
 ) -> Result<Created, CreateError> {
     let options = with_dataset_order(options, owner, dataset);
     let mut tx = pool.begin().await?;
+    // Before any other lock, as every create takes it (and a retry).
+    jobs::hold_owners_jobs(&mut tx, owner).await?;
     jobs::lock_serialize_key(
         &mut tx,
         options.serialize_key.as_deref().unwrap_or_default(),
@@ -325,13 +327,18 @@ pub fn check_items(job_type: &JobTypeView, items: &[NewItem]) -> Result<(), Crea
                 job_type.max_payload_bytes
             )));
         }
-        if item
-            .dedupe_key
-            .as_ref()
-            .is_some_and(|key| key.is_empty() || key.chars().count() > MAX_ITEM_KEY_CHARS)
-        {
+        // PostgreSQL text and jsonb hold no NUL character.
+        if item.payload.contains("\\u0000") {
             return Err(CreateError::Invalid(format!(
-                "Item {}'s \"dedupeKey\" must be 1 to {MAX_ITEM_KEY_CHARS} characters.",
+                "Item {}'s payload holds a NUL character (\\u0000), which cannot be stored.",
+                i + 1
+            )));
+        }
+        if item.dedupe_key.as_ref().is_some_and(|key| {
+            key.is_empty() || key.chars().count() > MAX_ITEM_KEY_CHARS || key.contains('\0')
+        }) {
+            return Err(CreateError::Invalid(format!(
+                "Item {}'s \"dedupeKey\" must be 1 to {MAX_ITEM_KEY_CHARS} characters, none NUL.",
                 i + 1
             )));
         }

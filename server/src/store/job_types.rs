@@ -88,6 +88,17 @@ pub async fn register(
     Ok(Ok(registered))
 }
 
+/// Whether `name` could be a type's (the table's check: lower case, digits, `.`, `_`, `-`,
+/// starting with a letter, at most 63 characters). Checked before a lookup: a name with a NUL
+/// is not sent to PostgreSQL.
+pub fn is_well_formed(name: &str) -> bool {
+    name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+}
+
 /// Every registered type, by name.
 pub async fn list(pool: &PgPool) -> sqlx::Result<Vec<JobTypeView>> {
     select_view!("order by name").fetch_all(pool).await
@@ -95,6 +106,9 @@ pub async fn list(pool: &PgPool) -> sqlx::Result<Vec<JobTypeView>> {
 
 /// The type of this name.
 pub async fn find(pool: &PgPool, name: &str) -> sqlx::Result<Option<JobTypeView>> {
+    if !is_well_formed(name) {
+        return Ok(None);
+    }
     select_view!("where name = $1", name)
         .fetch_optional(pool)
         .await

@@ -68,7 +68,7 @@ async fn oldest_waiting(conn: &mut PgConnection) -> sqlx::Result<Option<OldestWa
         r#"select id, created_at,
                   extract(epoch from now() - run_after)::float8 as "waited_secs!"
            from jobs
-           where status = 'waiting' and kind <> 'batch' and run_after <= now()
+           where status = 'waiting' and kind not in ('batch', 'items') and run_after <= now()
            order by run_after
            limit 1"#
     )

@@ -1,6 +1,6 @@
 //! Retention: what finished jobs leave behind is deleted after a while, so no table grows
 //! without bound. A finished job's items (its chunks and their runs, row errors, export parts, and the files
-//! it read or wrote, a dry run's keys) go after `items_age`; its summary row after `jobs_age`, and with the last
+//! it read or wrote, a dry run's keys, a job of a type's items) go after `items_age`; its summary row after `jobs_age`, and with the last
 //! job naming it, a dataset that is deleted or was never completed. Uploads no job
 //! uses and finished queue messages go after `items_age` too. Sessions go once expired (or
 //! idle past their timeout), and
@@ -63,7 +63,8 @@ pub async fn prune(
         "with chunks as (delete from job_chunks where job_id = any($1)),
               runs as (delete from job_runs where job_id = any($1)),
               errors as (delete from job_errors where job_id = any($1)),
-              keys as (delete from dry_run_keys where job_id = any($1))
+              keys as (delete from dry_run_keys where job_id = any($1)),
+              items as (delete from job_items where job_id = any($1))
          delete from export_parts where job_id = any($1)",
         &claimed,
     )

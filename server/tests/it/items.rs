@@ -186,6 +186,45 @@ async fn item_jobs_refuse_unknown_types_large_payloads_and_ended_jobs() {
     let large = json!({ "jobType": "tiny", "items": [{ "payload": "a payload of more than 16" }] });
     let large = post(&server, &admin, "/api/jobs", large).await;
     assert_eq!(large.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let nul = json!({ "jobType": "tiny", "items": [{ "payload": "a\u{0}" }] });
+    assert_eq!(
+        post(&server, &admin, "/api/jobs", nul).await.status(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "PostgreSQL stores no NUL"
+    );
+    let odd_type = post(
+        &server,
+        &admin,
+        "/api/jobs",
+        json!({ "jobType": "ti\u{0}ny" }),
+    )
+    .await;
+    assert_eq!(odd_type.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    // A payload is kept as it was sent: a number past 64 bits stays exact.
+    register(&server, &admin, json!({ "name": "roomy" })).await;
+    let exact = json!({ "jobType": "roomy" });
+    let exact: JobView = post(&server, &admin, "/api/jobs", exact)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let items = format!("/api/jobs/{}/items", exact.id);
+    let body = r#"{"items":[{"payload":123456789012345678901234567890}]}"#;
+    let added = admin
+        .post(server.url(&items))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(added.status(), StatusCode::OK);
+    let stored: String =
+        sqlx::query_scalar("select payload::text from job_items where job_id = $1")
+            .bind(exact.id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, "123456789012345678901234567890");
     let too_many: Vec<Value> = (0..10_001).map(|i| json!({ "payload": i })).collect();
     let too_many = json!({ "jobType": "tiny", "items": too_many });
     assert_eq!(

@@ -19,7 +19,7 @@ use crate::{
     data::list_jobs,
     job_list::{Cursor, JobPage, ListQuery, PageAt},
     live,
-    model::{JobView, duration, owner_label, thousands},
+    model::{JobKind, JobView, duration, owner_label, thousands},
     pages::controls::JobControls,
     session::use_session,
     zone::{LocalTime, use_zone},
@@ -226,6 +226,7 @@ fn JobRow(
     let kind = job.job_type;
     let title = job.title();
     let progress = match job.item_count {
+        _ if kind == JobKind::Items => job.rows_line().unwrap_or_default(),
         Some(count) => format!(
             "{}% ({} of {})",
             job.percent(),

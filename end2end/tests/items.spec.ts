@@ -1,0 +1,46 @@
+// A job of a registered type (issue 14) on its page: its items listed, and kept current as
+// items are added and the job is sealed.
+import { expect, test } from './app';
+import { expectHydrated, signedIn } from './pages';
+
+test('a job of a registered type shows its items live on its page', async ({ browser, app }) => {
+  const admin = `admin_${Date.now().toString(36)}@example.com`;
+  app.addUser(admin, 'admin');
+  const page = await signedIn(browser, admin);
+  const type = `render-${Date.now().toString(36)}`;
+  const registered = await page.request.post('/api/job-types', { data: { name: type } });
+  expect(registered.status()).toBe(201);
+  const created = await page.request.post('/api/jobs', {
+    data: {
+      jobType: type,
+      items: [{ payload: { frame: 1 } }, { payload: { frame: 2 } }, { payload: { frame: 3 } }],
+    },
+  });
+  expect(created.status()).toBe(202);
+  const job = await created.json();
+
+  await page.goto(`/jobs/${job.id}`);
+  await expectHydrated(page);
+  await expect(page.getByRole('heading', { level: 1 })).toHaveText(`${type} job`);
+  await expect(page.getByTestId('job-message')).toHaveText('Waiting for job to start...');
+  await expect(page.getByTestId('job-rows')).toHaveText('0 of 3 items so far');
+  const rows = page.getByTestId('item-row');
+  await expect(rows).toHaveCount(3);
+  await expect(rows.first()).toContainText('{"frame":1}');
+  await expect(rows.first()).toHaveAttribute('data-state', 'pending');
+
+  // Added and sealed by the API while the page is open: it follows.
+  const added = await page.request.post(`/api/jobs/${job.id}/items`, {
+    data: { items: [{ payload: { frame: 4 } }, { payload: { frame: 5 } }] },
+  });
+  expect(added.status()).toBe(200);
+  await expect(page.getByTestId('job-rows')).toHaveText('0 of 5 items so far');
+  await expect(rows).toHaveCount(5);
+  const sealed = await page.request.post(`/api/jobs/${job.id}/seal`);
+  expect(sealed.status()).toBe(200);
+  await expect(page.getByTestId('job-rows')).toHaveText('0 of 5 items');
+
+  await page.getByRole('button', { name: 'Done' }).click();
+  await expect(page.getByTestId('item-table')).toContainText('No items.');
+  await expect(rows).toHaveCount(0);
+});
