@@ -143,6 +143,9 @@ pub enum Waiting {
     /// A worker has yet to take it; operators see how many tasks are due in the queue (its own
     /// included).
     Queue { due: Option<i64> },
+    /// A job of a registered type: an external worker has yet to claim one of its items (or,
+    /// unsealed and empty, it has yet to be given one).
+    Claim { items: i64, sealed: bool },
 }
 
 impl Waiting {
@@ -159,6 +162,17 @@ impl Waiting {
             Self::Queue { due: Some(due) } => format!(
                 "Waits for a free worker: {due} task{} due in the queue.",
                 if *due == 1 { " is" } else { "s are" }
+            ),
+            Self::Claim { items: 0, .. } => {
+                "Waits for items: add them, or seal it to end it.".to_owned()
+            }
+            Self::Claim { sealed, .. } => format!(
+                "Waits for a worker of its type to claim an item{}.",
+                if *sealed {
+                    ""
+                } else {
+                    " (more items may be added until it is sealed)"
+                }
             ),
         }
     }

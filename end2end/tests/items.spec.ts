@@ -28,6 +28,7 @@ test('a job of a registered type shows its items live on its page', async ({ bro
   await expect(rows).toHaveCount(3);
   await expect(rows.first()).toContainText('{"frame":1}');
   await expect(rows.first()).toHaveAttribute('data-state', 'pending');
+  await expect(page.getByText('Waits for a worker of its type to claim an item (more items may be added until it is sealed).')).toBeVisible();
 
   // Added and sealed by the API while the page is open: it follows.
   const added = await page.request.post(`/api/jobs/${job.id}/items`, {

@@ -3,7 +3,7 @@
 //! 17); and the reads that put them together with its chunks and what it waits for.
 
 use app::history::{Chunk, Chunks, JobHistory, Run, RunOutcome, Transition, Waiting};
-use app::model::JobStatus;
+use app::model::{JobKind, JobStatus};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
@@ -160,7 +160,8 @@ async fn waiting(
 ) -> sqlx::Result<Option<Waiting>> {
     let Some(job) = sqlx::query!(
         // Keys are stored as `<owner>:<key>` (`jobs::create`); people gave only the key.
-        r#"select j.attempts, j.run_after,
+        r#"select j.attempts, j.run_after, j.kind = $4 as "claimed_by_workers!", j.sealed,
+                  j.chunks_total as items,
                   substr(j.serialize_key, length(j.owner::text) + 2) as key,
                   (select o.id from jobs o
                    where o.serialize_key = j.serialize_key and o.status = any($3) and o.seq < j.seq
@@ -169,6 +170,7 @@ async fn waiting(
         job_id,
         JobStatus::Waiting as JobStatus,
         &LIVE[..] as &[JobStatus],
+        JobKind::Items as JobKind,
     )
     .fetch_optional(&mut *conn)
     .await?
@@ -177,6 +179,12 @@ async fn waiting(
     };
     if let (Some(id), Some(key)) = (job.ahead, job.key) {
         return Ok(Some(Waiting::BehindJob { id, key }));
+    }
+    if job.claimed_by_workers {
+        return Ok(Some(Waiting::Claim {
+            items: i64::from(job.items),
+            sealed: job.sealed,
+        }));
     }
     if job.attempts > 0 && job.run_after > chrono::Utc::now() {
         return Ok(Some(Waiting::RetryAt { at: job.run_after }));

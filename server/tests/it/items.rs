@@ -73,6 +73,17 @@ async fn a_job_of_a_registered_type_takes_items_in_batches_until_it_is_sealed() 
         .unwrap();
     assert_eq!(attempts, 3, "the type's attempts per item");
 
+    let history: Value = get(&server, &ada, &format!("/api/jobs/{}/history", job.id))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        history["waiting"],
+        json!({ "reason": "claim", "items": 2, "sealed": false }),
+        "it waits for a worker of its type, not for a queue"
+    );
+
     let items = format!("/api/jobs/{}/items", job.id);
     let batch = json!({ "items": [
         { "payload": { "frame": 3 } },
