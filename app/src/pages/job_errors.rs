@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::{api, model::thousands};
+use crate::{api, model::thousands, pages::pager::Pager};
 
 /// Rows a page shows.
 const PAGE_ROWS: usize = 25;
@@ -165,27 +165,7 @@ pub fn ErrorTable(id: Uuid, #[prop(into)] failed: Signal<i64>) -> impl IntoView 
                                         }).collect_view()}
                                     </tbody>
                                 </table>
-                                <p class="pager">
-                                    {move || (cursors.with(|c| c.len()) > 1).then(|| view! {
-                                        <button class="secondary" on:click=move |_| cursors.update(|c| { c.pop(); })>
-                                            "Previous"
-                                        </button>
-                                    })}
-                                    {next.map(|after| view! {
-                                        <button
-                                            class="secondary"
-                                            data-testid="errors-next"
-                                            on:click=move |_| cursors.update(|c| {
-                                                // Pressed twice while the page loads: once.
-                                                if c.last() != Some(&after) {
-                                                    c.push(after);
-                                                }
-                                            })
-                                        >
-                                            "Next"
-                                        </button>
-                                    })}
-                                </p>
+                                <Pager cursors next next_testid="errors-next" />
                             }.into_any()
                         }
                         Err(message) => view! { <p class="error" role="alert">{message}</p> }.into_any(),

@@ -9,6 +9,7 @@ use uuid::Uuid;
 use crate::{
     api,
     job_types::{ItemState, ItemView},
+    pages::pager::Pager,
 };
 
 /// Items a page shows.
@@ -109,26 +110,7 @@ pub fn ItemTable(id: Uuid, #[prop(into)] progress: Signal<(i64, Option<i64>)>) -
                                         }).collect_view()}
                                     </tbody>
                                 </table>
-                                <p class="pager">
-                                    {move || (cursors.with(|c| c.len()) > 1).then(|| view! {
-                                        <button class="secondary" on:click=move |_| cursors.update(|c| { c.pop(); })>
-                                            "Previous"
-                                        </button>
-                                    })}
-                                    {next.map(|after| view! {
-                                        <button
-                                            class="secondary"
-                                            data-testid="items-next"
-                                            on:click=move |_| cursors.update(|c| {
-                                                if c.last() != Some(&after) {
-                                                    c.push(after);
-                                                }
-                                            })
-                                        >
-                                            "Next"
-                                        </button>
-                                    })}
-                                </p>
+                                <Pager cursors next next_testid="items-next" />
                             }.into_any()
                         }
                         Err(message) => view! { <p class="error" role="alert">{message}</p> }.into_any(),

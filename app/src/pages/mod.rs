@@ -9,6 +9,7 @@ pub mod job_history;
 pub mod job_items;
 pub mod job_review;
 pub mod jobs;
+pub mod pager;
 pub mod queue;
 pub mod review;
 pub mod sign_in;
