@@ -8,6 +8,9 @@ use sha2::{Digest, Sha256};
 /// API tokens start with this, so a leaked one is easy to recognise (and to search for).
 pub const TOKEN_PREFIX: &str = "cvt_";
 
+/// Worker tokens (issue 14) start with this: they open the worker routes and nothing else.
+pub const WORKER_TOKEN_PREFIX: &str = "cvw_";
+
 /// A new secret: 32 random bytes as 43 characters of URL-safe base64.
 pub fn generate() -> String {
     let mut bytes = [0u8; 32];
@@ -20,6 +23,11 @@ pub fn generate_token() -> String {
     format!("{TOKEN_PREFIX}{}", generate())
 }
 
+/// A new worker token: [`WORKER_TOKEN_PREFIX`] and a secret.
+pub fn generate_worker_token() -> String {
+    format!("{WORKER_TOKEN_PREFIX}{}", generate())
+}
+
 /// What we store of a secret.
 pub fn hash(secret: &str) -> Vec<u8> {
     Sha256::digest(secret.as_bytes()).to_vec()
@@ -27,7 +35,10 @@ pub fn hash(secret: &str) -> Vec<u8> {
 
 /// Whether `text` has the shape of a secret we issued (so anything else is not even looked up).
 pub fn well_formed(text: &str) -> bool {
-    let body = text.strip_prefix(TOKEN_PREFIX).unwrap_or(text);
+    let body = text
+        .strip_prefix(TOKEN_PREFIX)
+        .or_else(|| text.strip_prefix(WORKER_TOKEN_PREFIX))
+        .unwrap_or(text);
     body.len() == 43
         && body
             .bytes()
@@ -43,6 +54,7 @@ mod tests {
         let (a, b) = (generate(), generate());
         assert_ne!(a, b);
         assert!(well_formed(&a) && well_formed(&generate_token()));
+        assert!(well_formed(&generate_worker_token()));
         assert!(!well_formed("0b6e1c1e-0000-4000-8000-000000000000"));
         assert!(!well_formed(&format!("{a}x")));
         assert_eq!(hash(&a).len(), 32);

@@ -27,7 +27,7 @@ use crate::{
     auth::{Me, Role, Sees, accounts, secret},
     config::AuthMode,
     progress::Change,
-    store::sessions,
+    store::{sessions, worker_tokens},
 };
 
 /// The cookie's name over plain HTTP, and the name every cookie had before accounts.
@@ -71,6 +71,16 @@ enum CookieChange {
 }
 
 impl Identity {
+    /// No person, and no cookie to change (a worker's request).
+    fn nobody() -> Self {
+        Self {
+            me: None,
+            credential: None,
+            cookie: Arc::default(),
+            old_cookie_left: false,
+        }
+    }
+
     /// The live session token the request carried (none for API token requests).
     pub fn session(&self) -> Option<&str> {
         match &self.credential {
@@ -108,6 +118,25 @@ pub async fn resolve(State(state): State<AppState>, mut request: Request, next: 
         && super::scrape::shows_token(request.headers(), &state.metrics)
     {
         request.extensions_mut().insert(super::scrape::Scraper);
+        return next.run(request).await;
+    }
+    // A worker token is not an API token either: it opens the worker routes (`Access::Worker`)
+    // and nothing else, with no person behind it.
+    if let Some(token) = bearer(request.headers())
+        .filter(|token| token.starts_with(secret::WORKER_TOKEN_PREFIX))
+        .map(str::to_owned)
+    {
+        let worker = match worker(&state, &token).await {
+            Ok(_) if !request.uri().path().starts_with("/api/") => {
+                let refused =
+                    "A worker token opens only the worker routes (claims and assignments).";
+                return ApiError::Forbidden(refused.into()).into_response();
+            }
+            Ok(worker) => worker,
+            Err(refused) => return refused.into_response(),
+        };
+        request.extensions_mut().insert(worker);
+        request.extensions_mut().insert(Identity::nobody());
         return next.run(request).await;
     }
     let lifetime = state.auth.session_lifetime();
@@ -164,14 +193,21 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// The worker a worker token belongs to; `401` for one revoked or never issued.
+async fn worker(state: &AppState, token: &str) -> Result<worker_tokens::Worker, ApiError> {
+    let found = if secret::well_formed(token) {
+        worker_tokens::resolve(&state.pool, &secret::hash(token)).await?
+    } else {
+        None
+    };
+    found.ok_or_else(|| {
+        ApiError::Unauthorized("The worker token is not valid (it may have been revoked).".into())
+    })
+}
+
 /// The identity, and whether the request carried a session cookie the server does not know.
 async fn identify(state: &AppState, headers: &HeaderMap) -> Result<(Identity, bool), ApiError> {
-    let mut identity = Identity {
-        me: None,
-        credential: None,
-        cookie: Arc::default(),
-        old_cookie_left: false,
-    };
+    let mut identity = Identity::nobody();
     if let Some(token) = bearer(headers) {
         let credential = Credential::Token(token.to_owned());
         identity.me = Some(who(state, &credential).await?.ok_or_else(|| {
@@ -220,7 +256,10 @@ async fn who(state: &AppState, credential: &Credential) -> sqlx::Result<Option<M
             sessions::resolve_token(&state.pool, &secret::hash(token)).await?
         }
         Credential::Session(token) => {
-            if token.starts_with(secret::TOKEN_PREFIX) || !secret::well_formed(token) {
+            if token.starts_with(secret::TOKEN_PREFIX)
+                || token.starts_with(secret::WORKER_TOKEN_PREFIX)
+                || !secret::well_formed(token)
+            {
                 return Ok(None);
             }
             let lifetime = state.auth.session_lifetime();

@@ -30,6 +30,8 @@ mod results;
 pub mod scrape;
 mod uploads;
 mod users;
+mod worker_tokens;
+mod workers;
 
 use std::sync::Arc;
 
@@ -107,6 +109,9 @@ pub enum Access {
     Scraper,
     /// Admins and viewers: the queue's health.
     Operator,
+    /// External workers, with a worker token (and nobody else): claims and assignments. A
+    /// worker token opens nothing but these.
+    Worker,
 }
 
 impl Access {
@@ -126,6 +131,9 @@ impl Access {
             }
             (Self::Operator, Some(me)) if !me.role.sees_everything() => Err(ApiError::Forbidden(
                 "Only admins and viewers can see the queue.".into(),
+            )),
+            (Self::Worker, Some(_)) => Err(ApiError::Forbidden(
+                "Only workers call this, with a worker token (Authorization: Bearer cvw_…).".into(),
             )),
             _ => Ok(()),
         }
@@ -257,6 +265,48 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
             Anyone,
             job_types::show,
         ),
+        Endpoint::new(
+            post.clone(),
+            "/api/worker-tokens",
+            Admin,
+            worker_tokens::create,
+        ),
+        Endpoint::new(
+            get.clone(),
+            "/api/worker-tokens",
+            Admin,
+            worker_tokens::list,
+        ),
+        Endpoint::new(
+            delete.clone(),
+            "/api/worker-tokens/{id}",
+            Admin,
+            worker_tokens::revoke,
+        ),
+        Endpoint::new(
+            post.clone(),
+            "/api/workers/{worker}/claims",
+            Worker,
+            workers::claim,
+        ),
+        Endpoint::new(
+            post.clone(),
+            "/api/assignments/{id}/heartbeat",
+            Worker,
+            workers::heartbeat,
+        ),
+        Endpoint::new(
+            post.clone(),
+            "/api/assignments/{id}/result",
+            Worker,
+            workers::result,
+        ),
+        Endpoint::new(
+            post.clone(),
+            "/api/assignments/{id}/failure",
+            Worker,
+            workers::failure,
+        ),
         Endpoint::new(get.clone(), "/api/openapi.json", Anyone, openapi::document),
         Endpoint::new(get.clone(), "/api/session", Public, account::session),
         Endpoint::new(post.clone(), "/api/session", Public, account::sign_in),
@@ -302,6 +352,20 @@ pub fn route_table() -> Vec<(Method, &'static str, Access)> {
 async fn require(access: Access, state: AppState, request: Request, next: Next) -> Response {
     if access == Access::Scraper && request.extensions().get::<scrape::Scraper>().is_some() {
         return next.run(request).await;
+    }
+    match (
+        access,
+        request
+            .extensions()
+            .get::<crate::store::worker_tokens::Worker>()
+            .is_some(),
+    ) {
+        (Access::Worker, true) => return next.run(request).await,
+        (_, true) => {
+            let refused = "A worker token opens only the worker routes (claims and assignments).";
+            return ApiError::Forbidden(refused.into()).into_response();
+        }
+        (_, false) => {}
     }
     match access.check(request.extensions().get::<Me>(), state.auth.mode) {
         Ok(()) => next.run(request).await,

@@ -22,7 +22,7 @@ use utoipa::{
 
 use super::{
     Access, account, bulk, datasets, error::ErrorBody, events, health, items, job_types, jobs,
-    queue, reports, results, route_table, scrape, uploads, users,
+    queue, reports, results, route_table, scrape, uploads, users, worker_tokens, workers,
 };
 
 #[derive(OpenApi)]
@@ -63,6 +63,13 @@ use super::{
         job_types::register,
         job_types::list,
         job_types::show,
+        worker_tokens::create,
+        worker_tokens::list,
+        worker_tokens::revoke,
+        workers::claim,
+        workers::heartbeat,
+        workers::result,
+        workers::failure,
         datasets::rows,
         account::session,
         account::sign_in,
@@ -88,6 +95,7 @@ use super::{
         (name = "reports", description = "What jobs leave behind: their row errors, an export's file."),
         (name = "datasets", description = "Datasets: their columns and rows."),
         (name = "job types", description = "Kinds of work other services run on the engine."),
+        (name = "workers", description = "External workers: their tokens, and claiming, renewing and ending items of job types."),
         (name = "session", description = "Signing in and out."),
         (name = "account", description = "Signing up, one's password and API tokens."),
         (name = "users", description = "Accounts and their roles."),
@@ -124,6 +132,7 @@ struct Accesses;
 const SESSION: &str = "session";
 const API_TOKEN: &str = "apiToken";
 const METRICS_TOKEN: &str = "metricsToken";
+const WORKER_TOKEN: &str = "workerToken";
 
 /// A refusal by a route's access: its status and the name of its response component.
 type Refusal = (&'static str, &'static str);
@@ -170,6 +179,13 @@ fn rule(access: Access) -> Rule {
             schemes: &[SESSION, API_TOKEN, METRICS_TOKEN],
             ..signed_in("admins, and a scraper with the metrics token.")
         },
+        Access::Worker => Rule {
+            who: "external workers, with a worker token (`cvw_…`, made by an admin) bound to \
+                  the item's job type; nobody else.",
+            anonymous: false,
+            schemes: &[WORKER_TOKEN],
+            refusals: &[UNAUTHORIZED, FORBIDDEN],
+        },
     }
 }
 
@@ -187,6 +203,13 @@ impl Modify for Accesses {
         components.add_security_scheme(
             API_TOKEN,
             bearer("A personal API token (`cvt_…`), made on `/account`: acts as its account."),
+        );
+        components.add_security_scheme(
+            WORKER_TOKEN,
+            bearer(
+                "A worker token (`cvw_…`, `POST /api/worker-tokens`): only for the worker \
+                 routes, for items of its job types.",
+            ),
         );
         components.add_security_scheme(
             METRICS_TOKEN,

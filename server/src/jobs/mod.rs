@@ -20,6 +20,7 @@
 pub mod bulk;
 pub mod callbacks;
 pub mod chunk;
+pub mod claims;
 pub mod control;
 pub mod convert;
 pub mod create;

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use uuid::Uuid;
 
-use crate::store::notify::{ACCOUNTS, CHANNEL, JobChanged};
+use crate::store::notify::{ACCOUNTS, CHANNEL, ITEMS, JobChanged};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
@@ -29,9 +29,20 @@ pub enum Change {
     Resync,
 }
 
+/// Items may be claimed now (`items_ready`): claims waiting for them try again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemsReady {
+    /// Of this job type.
+    Of(Arc<str>),
+    /// Of any type: notifications may have been missed.
+    Any,
+}
+
 #[derive(Clone)]
 pub struct Hub {
     changes: broadcast::Sender<Change>,
+    /// Kept apart from `changes`, which every event stream reads.
+    items: broadcast::Sender<ItemsReady>,
     listening: Arc<AtomicBool>,
 }
 
@@ -39,13 +50,27 @@ impl Hub {
     /// Starts listening; stops when `shutdown` fires.
     pub fn start(pool: PgPool, shutdown: CancellationToken) -> Self {
         let (changes, _) = broadcast::channel(4096);
+        let (items, _) = broadcast::channel(1024);
         let listening = Arc::new(AtomicBool::new(false));
-        tokio::spawn(listen(pool, changes.clone(), listening.clone(), shutdown));
-        Self { changes, listening }
+        let senders = Senders {
+            changes: changes.clone(),
+            items: items.clone(),
+        };
+        tokio::spawn(listen(pool, senders, listening.clone(), shutdown));
+        Self {
+            changes,
+            items,
+            listening,
+        }
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {
         self.changes.subscribe()
+    }
+
+    /// Hears when items may be claimed (`store::assignments`).
+    pub fn items_ready(&self) -> broadcast::Receiver<ItemsReady> {
+        self.items.subscribe()
     }
 
     /// Whether notifications reach this process now (false while it connects or reconnects).
@@ -54,9 +79,14 @@ impl Hub {
     }
 }
 
+struct Senders {
+    changes: broadcast::Sender<Change>,
+    items: broadcast::Sender<ItemsReady>,
+}
+
 async fn listen(
     pool: PgPool,
-    changes: broadcast::Sender<Change>,
+    senders: Senders,
     listening: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) {
@@ -67,7 +97,7 @@ async fn listen(
             // A lost connection is reported at once (we reconnect below), so that
             // `is_listening` is never true while nothing listens.
             listener.eager_reconnect(false);
-            listener.listen_all([CHANNEL, ACCOUNTS]).await?;
+            listener.listen_all([CHANNEL, ACCOUNTS, ITEMS]).await?;
             Ok::<_, sqlx::Error>(listener)
         };
         let mut listener = match shutdown.run_until_cancelled(connected).await {
@@ -85,15 +115,20 @@ async fn listen(
         };
         backoff = Duration::from_millis(100);
         listening.store(true, Ordering::Relaxed);
-        let _ = changes.send(Change::Resync);
+        let _ = senders.changes.send(Change::Resync);
+        let _ = senders.items.send(ItemsReady::Any);
         loop {
             // `try_recv` answers `None` when the connection dropped; reconnect ourselves so the
             // resync is sent only once we listen again.
             match shutdown.run_until_cancelled(listener.try_recv()).await {
                 None => break,
+                Some(Ok(Some(notification))) if notification.channel() == ITEMS => {
+                    let job_type = Arc::from(notification.payload());
+                    let _ = senders.items.send(ItemsReady::Of(job_type));
+                }
                 Some(Ok(Some(notification))) => match parse(&notification) {
                     Some(change) => {
-                        let _ = changes.send(change);
+                        let _ = senders.changes.send(change);
                     }
                     None => tracing::warn!(
                         channel = notification.channel(),

@@ -7,5 +7,5 @@ pub mod feed;
 mod hub;
 pub mod views;
 
-pub use hub::{Change, Hub};
+pub use hub::{Change, Hub, ItemsReady};
 pub use views::Views;

@@ -7,7 +7,10 @@ use uuid::Uuid;
 
 use app::job_types::{ItemState, ItemView};
 
-use super::states::{JobKind, JobStatus, LIVE};
+use super::{
+    notify,
+    states::{JobKind, JobStatus, LIVE},
+};
 
 /// An item to add: its payload (JSON text) and dedupe key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +49,7 @@ pub async fn add(
 ) -> sqlx::Result<Result<Added, NotAdded>> {
     // The job's row, locked: batches added at once are numbered one after the other.
     let job = sqlx::query!(
-        r#"select sealed, status = any($3) as "live!" from jobs
+        r#"select sealed, status = any($3) as "live!", job_type as "job_type!" from jobs
            where id = $1 and kind = $2 and ($4::uuid is null or owner = $4)
            for no key update"#,
         job_id,
@@ -56,11 +59,11 @@ pub async fn add(
     )
     .fetch_optional(&mut *conn)
     .await?;
-    match job {
+    let job_type = match job {
         None => return Ok(Err(NotAdded::NoSuchJob)),
         Some(job) if job.sealed || !job.live => return Ok(Err(NotAdded::Closed)),
-        Some(_) => {}
-    }
+        Some(job) => job.job_type,
+    };
     let payloads: Vec<&str> = items.iter().map(|i| i.payload.as_str()).collect();
     let keys: Vec<Option<&str>> = items.iter().map(|i| i.dedupe_key.as_deref()).collect();
     let added = sqlx::query_scalar!(
@@ -82,6 +85,7 @@ pub async fn add(
     .fetch_one(&mut *conn)
     .await?;
     let version = if added > 0 {
+        notify::items_ready(conn, &job_type).await?;
         sqlx::query_scalar!(
             "update jobs set chunks_total = chunks_total + $2, item_count = chunks_total + $2,
                  version = version + 1
@@ -101,6 +105,59 @@ pub async fn add(
         duplicates: items.len() as i64 - added,
         version,
     }))
+}
+
+/// An item, by job and number.
+pub type ItemKey = (Uuid, i64);
+
+/// A claimed item is done with `result` (JSON text); its lease ends (its assignment stays, so
+/// the same result sent again is recognised).
+pub async fn record_result(
+    conn: &mut PgConnection,
+    item: ItemKey,
+    result: &str,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "update job_items set state = $3, result = $4::text::jsonb, done_at = now(),
+             lease_expires_at = null
+         where job_id = $1 and item_no = $2",
+        item.0,
+        item.1,
+        ItemState::Done as ItemState,
+        result,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records a claimed item's failed attempt: it is tried again `retry_after` seconds from now,
+/// or, without one, it has `failed`. Its lease ends either way. Returns when it is due again.
+pub async fn record_failure(
+    conn: &mut PgConnection,
+    item: ItemKey,
+    message: &str,
+    retry_after: Option<f64>,
+) -> sqlx::Result<Option<chrono::DateTime<chrono::Utc>>> {
+    sqlx::query_scalar!(
+        r#"update job_items set lease_expires_at = null,
+             failures = failures || jsonb_build_array(jsonb_build_object(
+                 'message', $3::text, 'at', now(), 'worker', worker, 'attempt', attempts)),
+             state = case when $4::float8 is null then $5 else state end,
+             done_at = case when $4::float8 is null then now() end,
+             run_after = case when $4::float8 is null then run_after
+                              else now() + make_interval(secs => $4) end
+         where job_id = $1 and item_no = $2
+         returning case when state = $6 then run_after end as "retry_at""#,
+        item.0,
+        item.1,
+        message,
+        retry_after,
+        ItemState::Failed as ItemState,
+        ItemState::Pending as ItemState,
+    )
+    .fetch_one(conn)
+    .await
 }
 
 /// A page of a job's items in order, those in `state` only if given, after item `after`; with

@@ -38,6 +38,7 @@ macro_rules! first_in_line {
         )
     };
 }
+pub(crate) use first_in_line;
 
 /// A work item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 //! expects, so a late or duplicated message can never move a job that has moved on. Every use
 //! of apalis's own tables is in [`queue`].
 
+pub mod assignments;
 pub mod audit;
 pub mod callbacks;
 pub mod chunks;
@@ -27,6 +28,7 @@ pub mod sessions;
 pub mod states;
 pub mod uploads;
 pub mod users;
+pub mod worker_tokens;
 
 /// The database's clock: the one `now()` stamps rows with (the processes' clocks may differ).
 pub async fn now(pool: &sqlx::PgPool) -> sqlx::Result<chrono::DateTime<chrono::Utc>> {

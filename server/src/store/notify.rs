@@ -5,6 +5,10 @@
 //! The `account_changed` channel: a person's sessions, tokens or role changed (signed out, new
 //! password, reset, revoked token, new role); the payload is their id. Open event streams of
 //! that person check that what they were opened with still holds.
+//!
+//! The `items_ready` channel: items of a job type (the payload) may be claimed now (added,
+//! freed by a failure or by lease rescue, reopened by a retry); claims waiting for that type
+//! try again.
 
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
@@ -12,6 +16,7 @@ use uuid::Uuid;
 
 pub const CHANNEL: &str = "job_progress";
 pub const ACCOUNTS: &str = "account_changed";
+pub const ITEMS: &str = "items_ready";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobChanged {
@@ -37,5 +42,13 @@ pub async fn account_changed(conn: &mut PgConnection, user_id: Uuid) -> sqlx::Re
     )
     .fetch_one(conn)
     .await?;
+    Ok(())
+}
+
+/// Tells waiting claims that items of `job_type` may be claimed now.
+pub async fn items_ready(conn: &mut PgConnection, job_type: &str) -> sqlx::Result<()> {
+    sqlx::query!("select 1 as sent from pg_notify($1, $2)", ITEMS, job_type)
+        .fetch_one(conn)
+        .await?;
     Ok(())
 }

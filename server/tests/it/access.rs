@@ -18,6 +18,7 @@ const WHO: [&str; 6] = [
     "member A", "member B", "viewer", "admin", "guest", "stranger",
 ];
 const A: usize = 0;
+const ADMIN: usize = 3;
 const STRANGER: usize = 5;
 
 /// Who may see what member A owns.
@@ -204,6 +205,68 @@ impl World {
         token["id"].as_str().unwrap().to_owned()
     }
 
+    /// A new worker token for the walk's job type: its id and secret.
+    async fn worker_token(&self) -> (String, String) {
+        let body = json!({ "name": "walker", "types": [self.job_type] });
+        let create = self.clients[ADMIN].post(self.url("/api/worker-tokens"));
+        let token: Value = json_of(create.json(&body)).await;
+        let secret = token["secret"].as_str().unwrap().to_owned();
+        (token["id"].as_str().unwrap().to_owned(), secret)
+    }
+
+    /// A new item of A's job of the walk's type, claimed with `token`: its assignment's id.
+    async fn assignment(&self, token: &str) -> String {
+        let url = self.url(&format!("/api/jobs/{}/items", self.items_job));
+        let body = json!({ "items": [{ "payload": { "n": 2 } }] });
+        let added = self.a().post(url).json(&body).send().await.unwrap();
+        assert_eq!(added.status(), StatusCode::OK);
+        let claim = Client::new()
+            .post(self.url("/api/workers/walker/claims"))
+            .bearer_auth(token)
+            .json(&json!({}));
+        let claimed: Value = json_of(claim).await;
+        claimed["assignments"][0]["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Sends the probe of one API route with a worker token: worker routes answer, every other
+    /// route refuses it (only the health probes, which look at no credentials, answer anyone).
+    async fn probe_as_worker(&self, method: &str, path: &str, token: &str) -> (u16, String) {
+        let client = Client::new();
+        let (url, body) = match path {
+            "/api/workers/{worker}/claims" => {
+                // A's item, with its marker: workers of a type read its items' payloads.
+                (self.url("/api/workers/walker/claims"), json!({}))
+            }
+            "/api/assignments/{id}/heartbeat" | "/api/assignments/{id}/result" => {
+                let id = self.assignment(token).await;
+                (self.url(&path.replace("{id}", &id)), json!({}))
+            }
+            "/api/assignments/{id}/failure" => {
+                let id = self.assignment(token).await;
+                (
+                    self.url(&path.replace("{id}", &id)),
+                    json!({ "message": "x" }),
+                )
+            }
+            _ => {
+                let filled = path
+                    .replace("{id}", &self.import.id.to_string())
+                    .replace("{name}", "contacts");
+                (self.url(&filled), json!({}))
+            }
+        };
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let answer = client
+            .request(method, url)
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        (status, answer.text().await.unwrap_or_default())
+    }
+
     /// Another session of the same person (or a new visitor), to end without ending theirs.
     async fn second_session(&self, who: usize) -> Client {
         match who {
@@ -371,6 +434,42 @@ impl World {
             ("GET", "/api/job-types/{name}") => {
                 let url = self.url(&format!("/api/job-types/{}", self.job_type));
                 (response(c.get(url)).await, expect(EVERYONE))
+            }
+            ("POST", "/api/worker-tokens") => {
+                let body = json!({ "name": "probe", "types": [self.job_type] });
+                (
+                    response(c.post(self.url(path)).json(&body)).await,
+                    expect([403, 403, 403, 201, 403, 401]),
+                )
+            }
+            ("GET", "/api/worker-tokens") => (
+                response(c.get(self.url(path))).await,
+                expect([403, 403, 403, 200, 403, 401]),
+            ),
+            ("DELETE", "/api/worker-tokens/{id}") => {
+                let (id, _) = self.worker_token().await;
+                let url = self.url(&format!("/api/worker-tokens/{id}"));
+                (
+                    response(c.delete(url)).await,
+                    expect([403, 403, 403, 204, 403, 401]),
+                )
+            }
+            // Only workers, with a worker token: people (even admins) are refused.
+            ("POST", "/api/workers/{worker}/claims") => {
+                let url = self.url("/api/workers/w/claims");
+                (
+                    response(c.post(url).json(&json!({}))).await,
+                    expect([403, 403, 403, 403, 403, 401]),
+                )
+            }
+            ("POST", "/api/assignments/{id}/heartbeat")
+            | ("POST", "/api/assignments/{id}/result")
+            | ("POST", "/api/assignments/{id}/failure") => {
+                let url = self.url(&path.replace("{id}", &Uuid::new_v4().to_string()));
+                (
+                    response(c.post(url).json(&json!({ "message": "x" }))).await,
+                    expect([403, 403, 403, 403, 403, 401]),
+                )
             }
             ("GET", "/api/session") => (response(c.get(self.url(path))).await, expect(EVERYONE)),
             ("GET", "/api/openapi.json") => {
@@ -622,6 +721,40 @@ async fn every_route_answers_each_role_as_it_should() {
             let (response, expect) = world.probe_api(method.as_str(), path, who).await;
             check(&format!("{method} {path}"), who, response, expect).await;
         }
+    }
+
+    // A worker token opens the worker routes, and nothing else.
+    let (_, token) = world.worker_token().await;
+    for (method, path, access) in &table {
+        let (status, body) = world.probe_as_worker(method.as_str(), path, &token).await;
+        let expected = match access {
+            Access::Worker => 200,
+            _ if ["/healthz", "/readyz"].contains(path) => 200,
+            _ => 403,
+        };
+        assert_eq!(
+            status, expected,
+            "{method} {path} with a worker token: {body}"
+        );
+        assert!(
+            *access == Access::Worker || !body.contains(MARK),
+            "{method} {path} leaked to a worker: {body}"
+        );
+    }
+
+    for path in page_paths().iter().chain(&rpc_paths()) {
+        let path = path.replace("{id}", &world.import.id.to_string());
+        let answer = Client::new()
+            .get(world.url(&path))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            answer.status(),
+            StatusCode::FORBIDDEN,
+            "{path} with a worker token"
+        );
     }
 
     let pages = page_paths();

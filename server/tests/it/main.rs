@@ -36,3 +36,4 @@ mod queue_health;
 mod schema_pins;
 mod streamed_sheets;
 mod workbooks;
+mod workers;

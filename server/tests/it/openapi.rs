@@ -112,6 +112,7 @@ async fn the_openapi_document_describes_every_route_of_the_router() {
             Access::Public | Access::Anyone => &["", "session", "apiToken"],
             Access::Scraper => &["session", "apiToken", "metricsToken"],
             Access::Account | Access::Admin | Access::Operator => &["session", "apiToken"],
+            Access::Worker => &["workerToken"],
         };
         assert_eq!(security, expected, "{route}: the security of {access:?}");
         let declared: BTreeSet<&str> = operation["parameters"]

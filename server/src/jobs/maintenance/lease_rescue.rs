@@ -1,18 +1,23 @@
 //! Lease rescue: an item whose worker stopped renewing its lease (killed, machine gone,
 //! stalled) is freed, so another worker runs it about one lease later; one out of attempts
-//! fails (a chunk counts against its job, a step fails the job).
+//! fails (a chunk counts against its job, a step fails the job). An item an external worker
+//! claimed is freed the same way (`store::assignments`).
 
 use sqlx::PgPool;
 
 use crate::{
     jobs::TaskError,
     store::{
+        assignments,
         history::{self, WORKER_LOST},
         leadership::{self, Duty},
         leases::{self, Item},
         notify, states,
     },
 };
+
+/// The failure an item of an external worker records when its lease runs out.
+const ITEM_LOST: &str = "The worker stopped sending heartbeats: its lease expired.";
 
 /// One round, in one transaction; nothing when another process leads it.
 pub async fn round(pool: PgPool) -> Result<(), TaskError> {
@@ -22,6 +27,13 @@ pub async fn round(pool: PgPool) -> Result<(), TaskError> {
     }
     let freed = leases::free_expired(&mut tx, WORKER_LOST).await?;
     history::lose_runs(&mut tx, &freed, WORKER_LOST).await?;
+    let (ready_types, item_jobs) = assignments::free_expired(&mut tx, ITEM_LOST).await?;
+    for job_type in &ready_types {
+        notify::items_ready(&mut tx, job_type).await?;
+    }
+    for (job_id, version) in item_jobs {
+        notify::job_changed(&mut tx, job_id, version).await?;
+    }
     let rescued = freed.len();
     for expired in freed {
         tracing::warn!(item = ?expired.item(), attempts = expired.attempts, "lease expired");

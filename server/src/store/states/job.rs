@@ -182,6 +182,8 @@ async fn end_if_all_chunks_ended(conn: &mut PgConnection, id: Uuid) -> sqlx::Res
         "update jobs set
              status = case when chunks_failed = 0 then $3::job_status else $4 end,
              error = case when chunks_failed = 0 then error
+                          when kind = $6 then format('%s of %s items failed; see their failures '
+                                                     'below.', chunks_failed, chunks_total)
                           else format('%s of %s parts could not be processed (each was tried %s '
                                       'times); see the parts below. Retry the job to run them '
                                       'again.', chunks_failed, chunks_total,
@@ -196,6 +198,7 @@ async fn end_if_all_chunks_ended(conn: &mut PgConnection, id: Uuid) -> sqlx::Res
         Completed as JobStatus,
         Failed as JobStatus,
         &[JobKind::Import, JobKind::Items] as &[JobKind],
+        JobKind::Items as JobKind,
     )
     .fetch_optional(&mut *conn)
     .await?;
@@ -215,6 +218,37 @@ pub async fn add_failed_chunk(conn: &mut PgConnection, id: Uuid) -> sqlx::Result
          returning version",
         id,
         Running as JobStatus,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    match counted {
+        Some(version) => Ok(Some(
+            end_if_all_chunks_ended(conn, id).await?.unwrap_or(version),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Counts items of a `running` job of a registered type that ended (`done` succeeded, `failed`
+/// ran out of attempts or were failed for good); the job ends when they were the last ones of
+/// its sealed set.
+pub async fn add_items(
+    conn: &mut PgConnection,
+    id: Uuid,
+    done: i32,
+    failed: i32,
+) -> sqlx::Result<Option<i64>> {
+    let counted = sqlx::query_scalar!(
+        "update jobs set chunks_done = chunks_done + $2, chunks_failed = chunks_failed + $3,
+             item_progress = item_progress + $2 + $3, rows_ok = rows_ok + $2,
+             rows_failed = rows_failed + $3, version = version + 1
+         where id = $1 and status = $4 and kind = $5
+         returning version",
+        id,
+        done,
+        failed,
+        Running as JobStatus,
+        JobKind::Items as JobKind,
     )
     .fetch_optional(&mut *conn)
     .await?;

@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""A reference worker for Conveyor's job types (issue 14): copy its shape, replace `handle`.
+
+It claims items of its token's job types (long-polling, so an idle worker costs nothing),
+works through them one at a time while a second thread sends heartbeats for every item it
+holds, and ends each with a result or a failure. Standard library only.
+
+    python3 examples/worker.py --url http://localhost:3000 --token cvw_... --name render-1
+
+The protocol, in full:
+    POST /api/workers/{name}/claims      {"types"?, "max", "waitSeconds"} -> {"assignments": [...]}
+    POST /api/assignments/{id}/heartbeat                     -> {"cancelled", "leaseExpiresAt"}
+    POST /api/assignments/{id}/result    {"result": ...}     -> {"state": "done", ...}
+    POST /api/assignments/{id}/failure   {"message", "retry"} -> {"state": "pending"|"failed"}
+A 409 means the assignment is no longer this worker's (its lease ran out, or its job was
+cancelled): drop the item, nothing was recorded. Each event is printed as a JSON line.
+
+The demonstration `handle` does what a payload asks, so the tests (and you) can drive it:
+    {"sleepSeconds": 2}                      works that long (sending heartbeats meanwhile)
+    {"fail": "why", "retry": false}          fails, and says whether to try again
+    {"failUntilAttempt": 3}                  fails until its third attempt
+    {"result": ...}                          answers that result
+and otherwise answers {"echo": payload}.
+"""
+
+import argparse
+import http.client
+import json
+import signal
+import sys
+import threading
+import time
+import urllib.parse
+
+
+class Refused(Exception):
+    """The server said no: `status` and its message."""
+
+    def __init__(self, status, message):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class Api:
+    """One keep-alive connection to the server (one per thread: http.client is not shared)."""
+
+    def __init__(self, url, token):
+        self.url = urllib.parse.urlsplit(url)
+        self.headers = {
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/json",
+        }
+        self.conn = None
+
+    def post(self, path, body, timeout=90):
+        payload = json.dumps(body).encode()
+        for attempt in range(2):
+            if self.conn is None:
+                make = (http.client.HTTPSConnection if self.url.scheme == "https"
+                        else http.client.HTTPConnection)
+                self.conn = make(self.url.hostname, self.url.port, timeout=timeout)
+            try:
+                self.conn.request("POST", path, payload, self.headers)
+                response = self.conn.getresponse()
+                data = response.read()
+            except (http.client.HTTPException, OSError):
+                # The server closed a kept-alive connection: once more on a new one.
+                self.conn.close()
+                self.conn = None
+                if attempt == 1:
+                    raise
+                continue
+            answer = json.loads(data) if data else {}
+            if response.status >= 400:
+                message = answer.get("error", {}).get("message", data.decode(errors="replace"))
+                raise Refused(response.status, message)
+            return answer
+
+
+NAME = None
+
+
+def say(event, **fields):
+    print(json.dumps({"event": event, "worker": NAME, "at": time.time(), **fields}), flush=True)
+
+
+class Cancelled(Exception):
+    """The item's job was cancelled (a heartbeat said so): stop working on it."""
+
+
+def handle(job_type, payload, attempt, stop):
+    """The work. Replace this with yours: return a JSON-able result, or raise to fail.
+
+    `stop` is set when the item's job is cancelled: check it in long loops."""
+    if not isinstance(payload, dict):
+        return {"echo": payload}
+    deadline = time.monotonic() + float(payload.get("sleepSeconds", 0))
+    while time.monotonic() < deadline:
+        if stop.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
+            raise Cancelled()
+    if "fail" in payload:
+        raise ItemFailed(payload["fail"], payload.get("retry", True))
+    if attempt < int(payload.get("failUntilAttempt", 0)):
+        raise ItemFailed(f"failing attempt {attempt}", True)
+    if "result" in payload:
+        return payload["result"]
+    return {"echo": payload}
+
+
+class ItemFailed(Exception):
+    def __init__(self, message, retry=True):
+        super().__init__(message)
+        self.retry = retry
+
+
+class Held:
+    """The items this worker holds, for the heartbeat thread."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.items = {}  # assignment id -> Event set when its job is cancelled
+
+    def add(self, assignment_id):
+        with self.lock:
+            self.items[assignment_id] = threading.Event()
+            return self.items[assignment_id]
+
+    def drop(self, assignment_id):
+        with self.lock:
+            self.items.pop(assignment_id, None)
+
+    def ids(self):
+        with self.lock:
+            return list(self.items.items())
+
+
+def heartbeats(api, held, every, stopping):
+    while not stopping.wait(every):
+        for assignment_id, cancelled in held.ids():
+            try:
+                answer = api.post(f"/api/assignments/{assignment_id}/heartbeat", {})
+                if answer.get("cancelled"):
+                    say("cancelled", assignment=assignment_id)
+                    cancelled.set()
+            except Refused as refused:
+                # The lease is gone: the item is someone else's now.
+                say("lost", assignment=assignment_id, status=refused.status)
+                cancelled.set()
+            except OSError as err:
+                say("heartbeat-error", assignment=assignment_id, error=str(err))
+
+
+def run(args):
+    global NAME
+    NAME = args.name
+    api = Api(args.url, args.token)
+    held = Held()
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    beat = threading.Thread(
+        target=heartbeats,
+        args=(Api(args.url, args.token), held, args.heartbeat_seconds, stopping),
+        daemon=True,
+    )
+    beat.start()
+    claim = {"max": args.max, "waitSeconds": args.wait}
+    if args.types:
+        claim["types"] = args.types.split(",")
+    path = f"/api/workers/{urllib.parse.quote(args.name)}/claims"
+    say("started", name=args.name)
+    idle_claims = 0
+    while not stopping.is_set():
+        try:
+            assignments = api.post(path, claim)["assignments"]
+        except (Refused, OSError) as err:
+            say("claim-error", error=str(err))
+            time.sleep(1)
+            continue
+        if not assignments:
+            idle_claims += 1
+            if args.exit_when_idle and idle_claims >= args.exit_when_idle:
+                break
+            continue
+        idle_claims = 0
+        for a in assignments:
+            held.add(a["id"])
+        for a in assignments:
+            work(api, held, a, args)
+    stopping.set()
+    say("stopped", name=args.name)
+
+
+def work(api, held, a, args):
+    assignment_id = a["id"]
+    with held.lock:
+        cancelled = held.items.get(assignment_id)
+    if cancelled is None or cancelled.is_set():
+        held.drop(assignment_id)
+        return
+    say("claimed", assignment=assignment_id, job=a["jobId"], item=a["itemNo"],
+        attempt=a["attempt"], payload=a["payload"])
+    try:
+        result = handle(a["jobType"], a["payload"], a["attempt"], cancelled)
+        path, body, event = f"/api/assignments/{assignment_id}/result", {"result": result}, "done"
+    except Cancelled:
+        held.drop(assignment_id)
+        say("dropped", assignment=assignment_id, item=a["itemNo"])
+        return
+    except ItemFailed as failed:
+        path = f"/api/assignments/{assignment_id}/failure"
+        body, event = {"message": str(failed), "retry": failed.retry}, "failed"
+    except Exception as err:  # the work's own bug: report it, and let it be tried again
+        path = f"/api/assignments/{assignment_id}/failure"
+        body, event = {"message": f"{type(err).__name__}: {err}", "retry": True}, "failed"
+    held.drop(assignment_id)
+    say("finishing", assignment=assignment_id, item=a["itemNo"])
+    try:
+        answer = api.post(path, body)
+        say(event, assignment=assignment_id, job=a["jobId"], item=a["itemNo"],
+            state=answer["state"])
+    except Refused as refused:
+        say("refused", assignment=assignment_id, item=a["itemNo"], status=refused.status)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--url", required=True, help="the server, e.g. http://localhost:3000")
+    parser.add_argument("--token", required=True, help="a worker token (cvw_...)")
+    parser.add_argument("--name", required=True, help="this worker's name, recorded on items")
+    parser.add_argument("--types", help="comma-separated types (default: the token's)")
+    parser.add_argument("--max", type=int, default=10, help="items per claim")
+    parser.add_argument("--wait", type=int, default=20, help="seconds a claim may wait")
+    parser.add_argument("--heartbeat-seconds", type=float, default=2.0)
+    parser.add_argument("--exit-when-idle", type=int, default=0,
+                        help="stop after this many claims in a row came back empty")
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

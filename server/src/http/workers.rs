@@ -1,0 +1,377 @@
+//! The worker routes (issue 14): external workers, in any language, with a worker token, claim
+//! items of their types (`POST /api/workers/{worker}/claims`, long-polling), send heartbeats
+//! while they work on one (`…/heartbeat`, which also says when its job was cancelled), and end
+//! it with a result or a failure. Only an item's current assignment, inside its lease, counts:
+//! anything late is `409` and changes nothing (`store::assignments`).
+
+use std::time::Duration;
+
+use axum::{
+    Extension, Json,
+    extract::{
+        Path, State,
+        rejection::{JsonRejection, PathRejection},
+    },
+};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::{
+    AppState,
+    error::{ApiError, ErrorBody},
+};
+use crate::{
+    jobs::claims::{self, Claim},
+    store::{
+        assignments::{self, Assignment, Finished, Heartbeat, Outcome},
+        states::{ChunkState, JobStatus},
+        worker_tokens::Worker,
+    },
+};
+
+/// The most items one claim takes.
+const MAX_CLAIM: i64 = 1000;
+/// The longest a claim waits for items.
+const MAX_WAIT_SECONDS: u64 = 60;
+/// The largest result, in bytes of JSON (a follow-up type may take less: see its
+/// `maxPayloadBytes`).
+const MAX_RESULT_BYTES: usize = 1 << 20;
+/// The longest failure message kept.
+const MAX_MESSAGE_CHARS: usize = 10_000;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClaimRequest {
+    /// Of the token's types, those to claim items of (default: all of them).
+    types: Option<Vec<String>>,
+    /// 1 to 1,000 items at most (default 1).
+    max: Option<i64>,
+    /// 0 to 60 (default 0): how long to wait for items when none can be had at once. The
+    /// answer comes as soon as there are some.
+    wait_seconds: Option<u64>,
+}
+
+/// An item claimed: do it, send heartbeats before `leaseExpiresAt`, then its result or failure.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignmentView {
+    /// The assignment's id: what heartbeats, results and failures name.
+    id: Uuid,
+    job_id: Uuid,
+    item_no: i64,
+    job_type: String,
+    #[schema(value_type = Object)]
+    payload: Box<RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dedupe_key: Option<String>,
+    /// 1 on the first attempt.
+    attempt: i32,
+    lease_expires_at: DateTime<Utc>,
+}
+
+impl TryFrom<Assignment> for AssignmentView {
+    type Error = serde_json::Error;
+
+    fn try_from(a: Assignment) -> Result<Self, Self::Error> {
+        Ok(Self {
+            id: a.assignment,
+            job_id: a.job_id,
+            item_no: a.item_no,
+            job_type: a.job_type,
+            payload: RawValue::from_string(a.payload)?,
+            dedupe_key: a.dedupe_key,
+            attempt: a.attempt,
+            lease_expires_at: a.lease_expires_at,
+        })
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Claimed {
+    /// Empty when the wait ended with nothing to do: claim again.
+    assignments: Vec<AssignmentView>,
+}
+
+/// Claims items of the token's types, waiting up to `waitSeconds` for some.
+#[utoipa::path(
+    post,
+    path = "/api/workers/{worker}/claims",
+    operation_id = "claimItems",
+    tag = "workers",
+    params(("worker" = String, Path, description = "The worker's own name for itself (1 to 100 of `A-Z a-z 0-9 . _ : @ -`), recorded on the items it takes.")),
+    request_body = ClaimRequest,
+    responses(
+        (status = 200, description = "The items claimed (none when the wait ended empty).", body = Claimed),
+        (status = 401, description = "No valid worker token.", body = ErrorBody),
+        (status = 403, description = "A type the token is not bound to.", body = ErrorBody),
+        (status = 422, description = "A bad worker name, `max` or `waitSeconds`.", body = ErrorBody),
+    )
+)]
+pub async fn claim(
+    State(state): State<AppState>,
+    Extension(token): Extension<Worker>,
+    worker: Result<Path<String>, PathRejection>,
+    body: Result<Json<ClaimRequest>, JsonRejection>,
+) -> Result<Json<Claimed>, ApiError> {
+    let worker = worker
+        .map(|Path(worker)| worker)
+        .ok()
+        .filter(|name| well_named(name))
+        .ok_or_else(|| {
+            ApiError::Invalid(
+                "A worker's name is 1 to 100 characters of A-Z, a-z, 0-9, \".\", \"_\", \":\", \
+                 \"@\" and \"-\"."
+                    .into(),
+            )
+        })?;
+    let Json(request) = body?;
+    let types = match request.types {
+        None => token.types.clone(),
+        Some(types) => {
+            if let Some(other) = types.iter().find(|t| !token.types.contains(t)) {
+                return Err(ApiError::Forbidden(format!(
+                    "This worker token does not claim items of \"{other}\"."
+                )));
+            }
+            types
+        }
+    };
+    let max = request.max.unwrap_or(1);
+    if !(1..=MAX_CLAIM).contains(&max) {
+        return Err(ApiError::Invalid(format!(
+            "\"max\" must be between 1 and {MAX_CLAIM}."
+        )));
+    }
+    let wait = request.wait_seconds.unwrap_or(0);
+    if wait > MAX_WAIT_SECONDS {
+        return Err(ApiError::Invalid(format!(
+            "\"waitSeconds\" must be between 0 and {MAX_WAIT_SECONDS}."
+        )));
+    }
+    let claim = Claim {
+        worker: &worker,
+        types: &types,
+        max,
+        wait: Duration::from_secs(wait),
+    };
+    let claimed = claims::claim(&state.pool, &state.hub, &claim, &state.shutdown).await?;
+    let assignments = claimed
+        .into_iter()
+        .map(AssignmentView::try_from)
+        .collect::<Result<_, _>>()
+        .map_err(|err| ApiError::Internal(err.into()))?;
+    Ok(Json(Claimed { assignments }))
+}
+
+fn well_named(name: &str) -> bool {
+    (1..=100).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-_:@".contains(&b))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatAnswer {
+    /// The job was cancelled (or failed): drop the item, its result would not count.
+    cancelled: bool,
+    /// The lease, renewed (absent when `cancelled`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_expires_at: Option<DateTime<Utc>>,
+}
+
+/// Renews an assignment's lease by its type's lease length; says when its job was cancelled.
+#[utoipa::path(
+    post,
+    path = "/api/assignments/{id}/heartbeat",
+    operation_id = "heartbeat",
+    tag = "workers",
+    params(("id" = Uuid, Path, description = "The assignment's id.")),
+    responses(
+        (status = 200, description = "Renewed, or the job was cancelled.", body = HeartbeatAnswer),
+        (status = 401, description = "No valid worker token.", body = ErrorBody),
+        (status = 409, description = "Not current: the lease expired, or the item ended.", body = ErrorBody),
+    )
+)]
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    Extension(token): Extension<Worker>,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<Json<HeartbeatAnswer>, ApiError> {
+    let id = assignment_id(id)?;
+    match assignments::heartbeat(&state.pool, id, &token.types).await? {
+        Heartbeat::Renewed(until) => Ok(Json(HeartbeatAnswer {
+            cancelled: false,
+            lease_expires_at: Some(until),
+        })),
+        Heartbeat::JobStopped(_) => Ok(Json(HeartbeatAnswer {
+            cancelled: true,
+            lease_expires_at: None,
+        })),
+        Heartbeat::NotCurrent => Err(not_current()),
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResultRequest {
+    /// Any JSON (up to 1 MiB): what the item produced. With a follow-up type, the payload of
+    /// the follow-up item.
+    #[schema(value_type = Object)]
+    result: Option<Box<RawValue>>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FailureRequest {
+    /// What went wrong (up to 10,000 characters), shown with the item.
+    message: String,
+    /// Whether another attempt may succeed (default true): it runs after the type's backoff,
+    /// doubled at each attempt, while attempts are left. `false` fails the item now.
+    retry: Option<bool>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Recorded {
+    /// The item's state now: `done`, `failed`, or `pending` (to be tried again).
+    #[schema(value_type = String)]
+    state: &'static str,
+    /// When a failed item is tried again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_at: Option<DateTime<Utc>>,
+    /// The same ending was recorded before (a request sent again): nothing changed.
+    already_recorded: bool,
+}
+
+/// Ends an assignment with its result.
+#[utoipa::path(
+    post,
+    path = "/api/assignments/{id}/result",
+    operation_id = "postResult",
+    tag = "workers",
+    params(("id" = Uuid, Path, description = "The assignment's id.")),
+    request_body = ResultRequest,
+    responses(
+        (status = 200, description = "Recorded (or recorded before).", body = Recorded),
+        (status = 401, description = "No valid worker token.", body = ErrorBody),
+        (status = 409, description = "Not current (the lease expired, or the item went to another worker), or the job was cancelled: nothing recorded.", body = ErrorBody),
+        (status = 422, description = "A result too large, or holding a NUL character.", body = ErrorBody),
+    )
+)]
+pub async fn result(
+    State(state): State<AppState>,
+    Extension(token): Extension<Worker>,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Result<Json<ResultRequest>, JsonRejection>,
+) -> Result<Json<Recorded>, ApiError> {
+    let id = assignment_id(id)?;
+    let Json(request) = body?;
+    let result = request.result.as_deref().map_or("null", RawValue::get);
+    if result.len() > MAX_RESULT_BYTES {
+        return Err(ApiError::Invalid(format!(
+            "A result is at most {MAX_RESULT_BYTES} bytes of JSON."
+        )));
+    }
+    if result.contains("\\u0000") {
+        return Err(ApiError::Invalid(
+            "The result holds a NUL character (\\u0000), which cannot be stored.".into(),
+        ));
+    }
+    finish(&state, &token, id, Outcome::Done(result)).await
+}
+
+/// Ends an assignment with a failure: tried again after the backoff while attempts are left
+/// (and `retry` is not false), else the item fails.
+#[utoipa::path(
+    post,
+    path = "/api/assignments/{id}/failure",
+    operation_id = "postFailure",
+    tag = "workers",
+    params(("id" = Uuid, Path, description = "The assignment's id.")),
+    request_body = FailureRequest,
+    responses(
+        (status = 200, description = "Recorded (or recorded before).", body = Recorded),
+        (status = 401, description = "No valid worker token.", body = ErrorBody),
+        (status = 409, description = "Not current, or the job was cancelled: nothing recorded.", body = ErrorBody),
+        (status = 422, description = "A message too long.", body = ErrorBody),
+    )
+)]
+pub async fn failure(
+    State(state): State<AppState>,
+    Extension(token): Extension<Worker>,
+    id: Result<Path<Uuid>, PathRejection>,
+    body: Result<Json<FailureRequest>, JsonRejection>,
+) -> Result<Json<Recorded>, ApiError> {
+    let id = assignment_id(id)?;
+    let Json(request) = body?;
+    let message = request.message.trim().replace('\0', "");
+    if message.chars().count() > MAX_MESSAGE_CHARS {
+        return Err(ApiError::Invalid(format!(
+            "A failure's message is at most {MAX_MESSAGE_CHARS} characters."
+        )));
+    }
+    let message = if message.is_empty() {
+        "The worker gave no reason."
+    } else {
+        &message
+    };
+    let outcome = Outcome::Failed {
+        message,
+        retry: request.retry.unwrap_or(true),
+    };
+    finish(&state, &token, id, outcome).await
+}
+
+async fn finish(
+    state: &AppState,
+    token: &Worker,
+    id: Uuid,
+    outcome: Outcome<'_>,
+) -> Result<Json<Recorded>, ApiError> {
+    match assignments::finish(&state.pool, id, &token.types, outcome).await? {
+        Finished::Recorded { state, retry_at } => Ok(Json(Recorded {
+            state: state_word(state),
+            retry_at,
+            already_recorded: false,
+        })),
+        Finished::AlreadyRecorded { state } => Ok(Json(Recorded {
+            state: state_word(state),
+            retry_at: None,
+            already_recorded: true,
+        })),
+        Finished::JobStopped(status) => Err(ApiError::Conflict(format!(
+            "The job has {}: nothing was recorded.",
+            match status {
+                JobStatus::Cancelled => "been cancelled",
+                JobStatus::Completed => "completed",
+                _ => "failed",
+            }
+        ))),
+        Finished::NotCurrent => Err(not_current()),
+    }
+}
+
+fn state_word(state: ChunkState) -> &'static str {
+    match state {
+        ChunkState::Pending => "pending",
+        ChunkState::Done => "done",
+        ChunkState::Failed => "failed",
+    }
+}
+
+fn assignment_id(id: Result<Path<Uuid>, PathRejection>) -> Result<Uuid, ApiError> {
+    id.map(|Path(id)| id)
+        .map_err(|_| ApiError::NotFound("No assignment has that id.".into()))
+}
+
+fn not_current() -> ApiError {
+    ApiError::Conflict(
+        "This assignment is not current: its lease expired (or it ended), and its item may be \
+         another worker's now. Nothing was recorded."
+            .into(),
+    )
+}
