@@ -80,8 +80,8 @@ e2e: tools
 	$(call e2e,$(if $(RELEASE),release,debug),$(if $(RELEASE),--release),$(SPEC))
 
 # Import/export speed against raw COPY on this machine; ROWS=… (default 1,000,000) and
-# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile|preview|delete|admin|xml runs
-# one part. The admin part seeds JOBS=… (default 10,000,000) jobs and times the job list. The xml part (last; no database, no server) times our XLSX XML tokenizer against
+# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile|preview|delete|items|admin|xml runs
+# one part. The items part runs 100,000 no-op items of a job type through 4 external workers. The admin part seeds JOBS=… (default 10,000,000) jobs and times the job list. The xml part (last; no database, no server) times our XLSX XML tokenizer against
 # quick-xml, each reading a workbook made like the XLSX part's (spreadsheet::xlsx::measure).
 XML_BENCH := cargo test --release -p server --lib spreadsheet::xlsx::measure -- --ignored --nocapture
 
@@ -91,10 +91,13 @@ bench: $(if $(filter xml,$(ONLY)),,tools)
 	trap '"$(PG)" stop "$(BENCH_PG_DIR)"' EXIT
 	"$(PG)" start "$(BENCH_PG_DIR)"
 	"$(PG)" recreate "$(BENCH_PG_DIR)" conveyor_bench
-	if [ "$(ONLY)" != admin ]; then python3 server/benches/imports.py \
+	if [ "$(ONLY)" != admin ] && [ "$(ONLY)" != items ]; then python3 server/benches/imports.py \
 	  --server "$(CURDIR)/target/release/server" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench" \
 	  $(if $(ROWS),--rows $(ROWS)) $(if $(XLSX_ROWS),--xlsx-rows $(XLSX_ROWS)) $(if $(ONLY),--only $(ONLY)); fi
+	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = items ]; then python3 server/benches/items.py \
+	  --server "$(CURDIR)/target/release/server" \
+	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)"; fi
 	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = admin ]; then python3 server/benches/console.py \
 	  --server "$(CURDIR)/target/release/server" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --pg-log "$(BENCH_PG_DIR)/log" \

@@ -53,6 +53,7 @@ class Api:
         self.conn = None
 
     def post(self, path, body, timeout=90):
+        """The JSON answer; `Refused` for a 4xx or 5xx, `OSError` when the server is away."""
         payload = json.dumps(body).encode()
         for attempt in range(2):
             if self.conn is None:
@@ -63,18 +64,27 @@ class Api:
                 self.conn.request("POST", path, payload, self.headers)
                 response = self.conn.getresponse()
                 data = response.read()
-            except (http.client.HTTPException, OSError):
+            except (http.client.HTTPException, OSError) as err:
                 # The server closed a kept-alive connection: once more on a new one.
                 self.conn.close()
                 self.conn = None
                 if attempt == 1:
-                    raise
+                    raise OSError(f"cannot reach the server: {err}") from err
                 continue
-            answer = json.loads(data) if data else {}
+            try:
+                answer = json.loads(data) if data else {}
+            except ValueError:
+                answer = {}
             if response.status >= 400:
-                message = answer.get("error", {}).get("message", data.decode(errors="replace"))
+                message = (answer.get("error", {}).get("message")
+                           or data.decode(errors="replace")[:200])
                 raise Refused(response.status, message)
             return answer
+
+
+def lost(refused):
+    """Whether a refusal means the item is no longer ours (rather than a passing failure)."""
+    return refused.status in (401, 403, 404, 409)
 
 
 NAME = None
@@ -141,12 +151,17 @@ def heartbeats(api, held, every, stopping):
                 answer = api.post(f"/api/assignments/{assignment_id}/heartbeat", {})
                 if answer.get("cancelled"):
                     say("cancelled", assignment=assignment_id)
+                    held.drop(assignment_id)
                     cancelled.set()
             except Refused as refused:
-                # The lease is gone: the item is someone else's now.
-                say("lost", assignment=assignment_id, status=refused.status)
-                cancelled.set()
-            except OSError as err:
+                if lost(refused):
+                    # The lease is gone: the item may be someone else's now.
+                    say("lost", assignment=assignment_id, status=refused.status)
+                    held.drop(assignment_id)
+                    cancelled.set()
+                else:
+                    say("heartbeat-error", assignment=assignment_id, status=refused.status)
+            except Exception as err:  # the server away for a moment: the next beat tries again
                 say("heartbeat-error", assignment=assignment_id, error=str(err))
 
 
@@ -155,11 +170,12 @@ def run(args):
     NAME = args.name
     api = Api(args.url, args.token)
     held = Held()
-    stopping = threading.Event()
+    stopping = threading.Event()  # SIGTERM: claim no more, finish what is claimed
+    drained = threading.Event()  # then the heartbeats stop too
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     beat = threading.Thread(
         target=heartbeats,
-        args=(Api(args.url, args.token), held, args.heartbeat_seconds, stopping),
+        args=(Api(args.url, args.token), held, args.heartbeat_seconds, drained),
         daemon=True,
     )
     beat.start()
@@ -172,7 +188,13 @@ def run(args):
     while not stopping.is_set():
         try:
             assignments = api.post(path, claim)["assignments"]
-        except (Refused, OSError) as err:
+        except Refused as refused:
+            say("claim-error", status=refused.status, error=str(refused))
+            if refused.status in (401, 403):
+                break  # the token was revoked, or is not for these types
+            time.sleep(1)
+            continue
+        except Exception as err:  # the server away for a moment
             say("claim-error", error=str(err))
             time.sleep(1)
             continue
@@ -186,7 +208,7 @@ def run(args):
             held.add(a["id"])
         for a in assignments:
             work(api, held, a, args)
-    stopping.set()
+    drained.set()
     say("stopped", name=args.name)
 
 
@@ -214,12 +236,24 @@ def work(api, held, a, args):
         body, event = {"message": f"{type(err).__name__}: {err}", "retry": True}, "failed"
     held.drop(assignment_id)
     say("finishing", assignment=assignment_id, item=a["itemNo"])
-    try:
-        answer = api.post(path, body)
-        say(event, assignment=assignment_id, job=a["jobId"], item=a["itemNo"],
-            state=answer["state"])
-    except Refused as refused:
-        say("refused", assignment=assignment_id, item=a["itemNo"], status=refused.status)
+    # Sent again while the server is away (the same ending twice is recorded once), until the
+    # lease would have run out.
+    for wait in (0.2, 0.5, 1, 2, 4, 8, 16, 0):
+        try:
+            answer = api.post(path, body)
+            say(event, assignment=assignment_id, job=a["jobId"], item=a["itemNo"],
+                state=answer["state"])
+            return
+        except Refused as refused:
+            if lost(refused) or refused.status == 422:
+                say("refused", assignment=assignment_id, item=a["itemNo"],
+                    status=refused.status)
+                return
+            error = str(refused)
+        except Exception as err:
+            error = str(err)
+        say("finish-error", assignment=assignment_id, error=error)
+        time.sleep(wait)
 
 
 def main():

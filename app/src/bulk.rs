@@ -48,7 +48,12 @@ impl BulkAction {
                 JobKind::Batch,
                 JobKind::Items,
             ],
-            Self::Retry => &[JobKind::Import, JobKind::Export, JobKind::Delete],
+            Self::Retry => &[
+                JobKind::Import,
+                JobKind::Export,
+                JobKind::Delete,
+                JobKind::Items,
+            ],
         }
     }
 

@@ -64,7 +64,7 @@ pub fn JobControls(
     let finished_badly = move || matches!(status.get(), JobStatus::Failed | JobStatus::Cancelled);
     let retryable = move || {
         let gone = dataset_deleted.get() && kind != JobKind::Delete;
-        let retried = !matches!(kind, JobKind::Batch | JobKind::Items);
+        let retried = kind != JobKind::Batch;
         retried && !gone && finished_badly() && remedy.read().is_none()
     };
     let cancellable = move || kind != JobKind::Delete && live();

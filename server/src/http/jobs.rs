@@ -462,6 +462,43 @@ pub async fn import_dry_run(
         .into_response())
 }
 
+/// Deletes a finished job, with its items and results (and the jobs below it).
+///
+/// `DELETE /api/jobs/{id}` → 204; 409 while it (or the job above it) is waiting or running.
+#[utoipa::path(
+    delete,
+    path = "/api/jobs/{id}",
+    operation_id = "deleteJob",
+    tag = "jobs",
+    params(("id" = Uuid, Path, description = "The job's id.")),
+    responses(
+        (status = 204, description = "Deleted."),
+        (status = 403, description = "Viewers change nothing.", body = ErrorBody),
+        (status = 404, description = "No such job (or not the caller's).", body = ErrorBody),
+        (status = 409, description = "The job, or the job above it, has not ended.", body = ErrorBody),
+    )
+)]
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<StatusCode, ApiError> {
+    let id = job_id(id)?;
+    let acts = caller.acts()?;
+    let mut tx = state.pool.begin().await?;
+    match jobs::delete_finished(&mut tx, id, acts).await? {
+        Ok(()) => {
+            tx.commit().await?;
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Err(jobs::NotDeleted::NoSuchJob) => Err(no_such_job(id)),
+        Err(jobs::NotDeleted::Live) => Err(ApiError::Conflict(
+            "Only a finished job can be deleted: cancel it first (or the job it belongs to)."
+                .into(),
+        )),
+    }
+}
+
 /// Cancels a job.
 ///
 /// `POST /api/jobs/{id}/cancel` → the job, `cancelled` (409 when it had already ended).

@@ -200,6 +200,7 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
         Endpoint::new(post.clone(), "/api/jobs/bulk", Anyone, bulk::run),
         Endpoint::new(get.clone(), "/api/audit", Admin, bulk::log),
         Endpoint::new(get.clone(), "/api/jobs/{id}", Anyone, jobs::show),
+        Endpoint::new(delete.clone(), "/api/jobs/{id}", Anyone, jobs::delete),
         Endpoint::new(
             get.clone(),
             "/api/jobs/{id}/events",

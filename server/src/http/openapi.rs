@@ -44,6 +44,7 @@ use super::{
         bulk::run,
         bulk::log,
         jobs::show,
+        jobs::delete,
         events::one_job,
         jobs::history,
         jobs::cancel,

@@ -130,6 +130,11 @@ pub async fn claim(
     let Json(request) = body?;
     let types = match request.types {
         None => token.types.clone(),
+        Some(types) if types.is_empty() => {
+            return Err(ApiError::Invalid(
+                "\"types\" names at least one type (leave it out for all of the token's).".into(),
+            ));
+        }
         Some(types) => {
             if let Some(other) = types.iter().find(|t| !token.types.contains(t)) {
                 return Err(ApiError::Forbidden(format!(
@@ -352,6 +357,14 @@ async fn finish(
             }
         ))),
         Finished::NotCurrent => Err(not_current()),
+        Finished::TooLargeForFollowUp { limit } => Err(ApiError::Invalid(format!(
+            "The result is {} bytes; its follow-up type takes payloads of at most {limit} \
+             bytes. Nothing was recorded.",
+            match outcome {
+                Outcome::Done(result) => result.len(),
+                Outcome::Failed { .. } => 0,
+            }
+        ))),
     }
 }
 

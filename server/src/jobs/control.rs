@@ -75,13 +75,10 @@ async fn transition(
     let changed: Vec<(Uuid, i64)> = match transition {
         Transition::Cancel => states::job::cancel(&mut tx, &[job_id], acts).await?,
         Transition::Retry { .. } => states::job::retry(&mut tx, &[job_id], acts).await?,
-        Transition::Seal => {
-            let sealed = match states::job::seal_batch(&mut tx, job_id, acts).await? {
-                Some(version) => Some(version),
-                None => states::job::seal_items(&mut tx, job_id, acts).await?,
-            };
-            this_job(sealed)
-        }
+        Transition::Seal => match states::job::seal_batch(&mut tx, job_id, acts).await? {
+            Some(version) => this_job(Some(version)),
+            None => states::item_job::seal(&mut tx, job_id, acts).await?,
+        },
     };
     if changed.is_empty() {
         tx.rollback().await?;

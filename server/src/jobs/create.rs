@@ -389,14 +389,50 @@ pub async fn items(
         max_failures_per_item: job_type.max_failures_per_item,
     };
     let inserted = jobs::insert(&mut tx, owner, None, kind, &options).await?;
-    if let Some(job) = inserted
-        && !items.is_empty()
-    {
-        store_items::add(&mut tx, job.id, Some(owner), items)
-            .await?
-            .map_err(|_| sqlx::Error::RowNotFound)?;
+    if let Some(job) = inserted {
+        if !items.is_empty() {
+            store_items::add(&mut tx, job.id, Some(owner), items)
+                .await?
+                .map_err(|_| sqlx::Error::RowNotFound)?;
+        }
+        follow_ups(pool, &mut tx, owner, job.id, job_type).await?;
     }
     queue_first_task(pool, tx, owner, &options, inserted, |_| None).await
+}
+
+/// The chain a job of `job_type` starts when the type has a follow-up: a child job of the
+/// follow-up type (and its own child, and so on), which the parent's results fill and which
+/// is sealed once the parent's items have all ended (`store::states::item_job`).
+async fn follow_ups(
+    pool: &PgPool,
+    conn: &mut PgConnection,
+    owner: Uuid,
+    root: Uuid,
+    job_type: &JobTypeView,
+) -> Result<(), CreateError> {
+    let mut parent = root;
+    let mut next = job_type.follow_up.clone();
+    while let Some(name) = next {
+        // Registered before the type that names it, and never removed.
+        let child_type = job_types::find(pool, &name)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)?;
+        let kind = NewKind::Items {
+            job_type: &child_type.name,
+            max_failures_per_item: child_type.max_failures_per_item,
+        };
+        let options = Options {
+            parent_id: Some(parent),
+            ..Options::default()
+        };
+        let child = jobs::insert(conn, owner, None, kind, &options)
+            .await?
+            .ok_or(sqlx::Error::RowNotFound)?;
+        notify::job_changed(conn, child.id, 1).await?;
+        parent = child.id;
+        next = child_type.follow_up;
+    }
+    Ok(())
 }
 
 /// Creates a batch: a parent for imports and exports created with its id as `parentId`. It

@@ -18,14 +18,14 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::{
-    items,
+    items::{self, NewItem},
     leases::first_in_line,
     notify,
-    states::{self, ChunkState, JobStatus, LIVE},
+    states::{self, ChunkState, JobKind, JobStatus, LIVE, item_job},
 };
 
 /// An item claimed: what its worker needs to do it and report on it.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assignment {
     pub assignment: Uuid,
     pub job_id: Uuid,
@@ -39,23 +39,29 @@ pub struct Assignment {
     pub lease_expires_at: DateTime<Utc>,
 }
 
+/// A live job a claim may take items of.
 #[derive(sqlx::FromRow)]
-struct Claimed {
-    #[sqlx(flatten)]
-    assignment: Assignment,
-    /// The job was waiting, and this claim starts it.
-    starts_job: bool,
+struct Candidate {
+    id: Uuid,
+    job_type: String,
+    lease_seconds: i32,
+    ordered: bool,
+    /// It has not started: this claim starts it.
+    waiting: bool,
 }
+
+/// The most jobs one claim looks into.
+const JOBS_PER_CLAIM: i64 = 100;
 
 /// Claims up to `max` items of `types` for `worker`, in one transaction: from the oldest live
 /// job first (a waiting one only when first in line for its serialize key; it starts here), in
 /// the order they were added, and of a job whose type is `ordered`, only its first unfinished
 /// item, once nobody holds it. Items other claims hold at that moment are skipped, not waited
-/// for.
+/// for, and only the items taken are locked: claims at once take different items.
 ///
-/// Composed with the serialize-key condition of `store::leases`, which `sqlx::query!` cannot
-/// take: checked by the tests that run it. The job statuses are written out (not bound) so the
-/// planner can use the partial index of live jobs by type.
+/// The jobs are found with the serialize-key condition of `store::leases`, which
+/// `sqlx::query!` cannot take: checked by the tests that run it. Their statuses are written out
+/// (not bound) so the planner can use the partial index of live jobs by type.
 pub async fn claim(
     pool: &PgPool,
     worker: &str,
@@ -63,63 +69,76 @@ pub async fn claim(
     max: i64,
 ) -> sqlx::Result<Vec<Assignment>> {
     let mut tx = pool.begin().await?;
-    let claimed: Vec<Claimed> = sqlx::query_as(concat!(
-        "with due as (
-             select i.job_id, i.item_no, t.lease_seconds, j.seq, j.job_type,
-                 j.status = $5 as starts_job
-             from jobs j
-             join job_types t on t.name = j.job_type
-             cross join lateral (
-                 select i.job_id, i.item_no from job_items i
-                 where i.job_id = j.id and i.state = $4 and i.run_after <= now()
-                   and i.lease_expires_at is null
-                   and (not t.ordered
-                        or i.item_no = (select min(p.item_no) from job_items p
-                                        where p.job_id = j.id and p.state = $4))
-                 order by i.item_no
-                 limit $3
-                 for update skip locked
-             ) i
-             where j.job_type = any($2) and j.status in ('waiting', 'running') and ",
-        first_in_line!("$5", "$6"),
+    let jobs: Vec<Candidate> = sqlx::query_as(concat!(
+        "select j.id, j.job_type, t.lease_seconds, t.ordered, j.status = $2 as waiting
+         from jobs j join job_types t on t.name = j.job_type
+         where j.job_type = any($1) and j.status in ('waiting', 'running')
+           and exists (select 1 from job_items i where i.job_id = j.id and i.state = $4)
+           and ",
+        first_in_line!("$2", "$3"),
         "
-             order by j.seq, i.item_no
-             limit $3
-         ),
-         claimed as (
-             update job_items i set assignment = gen_random_uuid(), worker = $1,
-                 attempts = i.attempts + 1,
-                 lease_expires_at = now() + make_interval(secs => due.lease_seconds)
-             from due where i.job_id = due.job_id and i.item_no = due.item_no
-             returning i.assignment, i.job_id, i.item_no, i.payload::text as payload,
-                 i.dedupe_key, i.attempts as attempt, i.lease_expires_at
-         )
-         select c.*, due.job_type, due.starts_job from claimed c
-         join due on due.job_id = c.job_id and due.item_no = c.item_no
-         order by due.seq, c.item_no"
+         order by j.seq limit $5"
     ))
-    .bind(worker)
     .bind(types)
-    .bind(max)
-    .bind(ChunkState::Pending)
     .bind(JobStatus::Waiting)
     .bind(LIVE)
+    .bind(ChunkState::Pending)
+    .bind(JOBS_PER_CLAIM)
     .fetch_all(&mut *tx)
     .await?;
-    let mut starting: Vec<Uuid> = claimed
-        .iter()
-        .filter(|c| c.starts_job)
-        .map(|c| c.assignment.job_id)
-        .collect();
-    starting.sort();
-    starting.dedup();
-    for job_id in starting {
-        if let Some(version) = states::job::start(&mut tx, job_id).await? {
-            notify::job_changed(&mut tx, job_id, version).await?;
+    let mut claimed = Vec::new();
+    for job in jobs {
+        let wanted = max - claimed.len() as i64;
+        if wanted == 0 {
+            break;
         }
+        let mut taken = sqlx::query!(
+            r#"with due as (
+                   select i.item_no from job_items i
+                   where i.job_id = $1 and i.state = $2 and i.run_after <= now()
+                     and i.lease_expires_at is null
+                     and (not $3 or i.item_no = (select min(p.item_no) from job_items p
+                                                 where p.job_id = $1 and p.state = $2))
+                   order by i.item_no limit $4
+                   for no key update skip locked
+               )
+               update job_items i set assignment = gen_random_uuid(), worker = $5,
+                   attempts = i.attempts + 1,
+                   lease_expires_at = now() + make_interval(secs => $6)
+               from due where i.job_id = $1 and i.item_no = due.item_no
+               returning i.assignment as "assignment!", i.item_no, i.payload::text as "payload!",
+                   i.dedupe_key, i.attempts, i.lease_expires_at as "lease_expires_at!""#,
+            job.id,
+            ChunkState::Pending as ChunkState,
+            job.ordered,
+            wanted,
+            worker,
+            f64::from(job.lease_seconds),
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        if taken.is_empty() {
+            continue;
+        }
+        taken.sort_by_key(|item| item.item_no);
+        if job.waiting
+            && let Some(version) = states::job::start(&mut tx, job.id).await?
+        {
+            notify::job_changed(&mut tx, job.id, version).await?;
+        }
+        claimed.extend(taken.into_iter().map(|item| Assignment {
+            assignment: item.assignment,
+            job_id: job.id,
+            item_no: item.item_no,
+            job_type: job.job_type.clone(),
+            payload: item.payload,
+            dedupe_key: item.dedupe_key,
+            attempt: item.attempts,
+            lease_expires_at: item.lease_expires_at,
+        }));
     }
     tx.commit().await?;
-    Ok(claimed.into_iter().map(|c| c.assignment).collect())
+    Ok(claimed)
 }
 
 /// How long until the next item of `types` in backoff becomes due, if any (a claim that found
@@ -212,6 +231,8 @@ pub enum Finished {
     JobStopped(JobStatus),
     /// Not current: the lease expired, or the item was handed to another worker.
     NotCurrent,
+    /// The result is larger than the follow-up type takes as a payload: nothing recorded.
+    TooLargeForFollowUp { limit: i32 },
 }
 
 /// Ends an assignment with a result or a failure, in one transaction with its job's counters
@@ -227,13 +248,12 @@ pub async fn finish(
         r#"select i.job_id, i.item_no, i.state as "state: ChunkState", i.attempts,
                coalesce(i.lease_expires_at > now(), false) as "held!",
                i.lease_expires_at is null as "ended!",
-               j.status as "status: JobStatus", j.max_failures_per_item, j.job_type as "job_type!",
-               t.backoff_seconds
+               j.max_failures_per_item, j.job_type as "job_type!", t.backoff_seconds, t.ordered,
+               f.max_payload_bytes as "follow_up_limit?"
            from job_items i join jobs j on j.id = i.job_id join job_types t on t.name = j.job_type
+           left join job_types f on f.name = t.follow_up
            where i.assignment = $1 and j.job_type = any($2)
-           -- The job's row too (items, then their job, as claims lock them): a cancel waits,
-           -- or is seen, so an item never ends uncounted.
-           for no key update of i, j"#,
+           for no key update of i"#,
         assignment,
         types,
     )
@@ -257,13 +277,34 @@ pub async fn finish(
     if item.state != ChunkState::Pending || !item.held {
         return Ok(Finished::NotCurrent);
     }
-    if item.status != JobStatus::Running {
-        return Ok(Finished::JobStopped(item.status));
+    if let (Outcome::Done(result), Some(limit)) = (outcome, item.follow_up_limit)
+        && result.len() > limit as usize
+    {
+        return Ok(Finished::TooLargeForFollowUp { limit });
+    }
+    // Items, then their jobs (as claims take them); the job's whole tree, as its end may
+    // seal its child or end its parent. A cancel waits, or is seen: no item ends uncounted.
+    item_job::lock_tree(&mut tx, item.job_id).await?;
+    let job = sqlx::query!(
+        r#"select status as "status: JobStatus",
+               (select c.id from jobs c where c.parent_id = j.id and c.kind = $2) as follow_up
+           from jobs j where id = $1"#,
+        item.job_id,
+        JobKind::Items as JobKind,
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if job.status != JobStatus::Running {
+        return Ok(Finished::JobStopped(job.status));
     }
     let key = (item.job_id, item.item_no);
+    let mut changed = Vec::new();
     let (state, retry_at) = match outcome {
         Outcome::Done(result) => {
-            items::record_result(&mut tx, key, result).await?;
+            states::item::done(&mut tx, key, result).await?;
+            if let Some(child) = job.follow_up {
+                changed.extend(add_follow_up(&mut tx, child, item.item_no, result).await?);
+            }
             (ChunkState::Done, None)
         }
         Outcome::Failed { message, retry } => {
@@ -272,10 +313,7 @@ pub async fn finish(
             let backoff = again.then(|| {
                 f64::from(item.backoff_seconds) * 2f64.powi((item.attempts - 1).clamp(0, 20))
             });
-            let retry_at = items::record_failure(&mut tx, key, message, backoff).await?;
-            if retry_at.is_some() && item.backoff_seconds == 0 {
-                notify::items_ready(&mut tx, &item.job_type).await?;
-            }
+            let retry_at = states::item::fail_attempt(&mut tx, key, message, backoff).await?;
             let state = if again {
                 ChunkState::Pending
             } else {
@@ -284,58 +322,68 @@ pub async fn finish(
             (state, retry_at)
         }
     };
+    // Claims waiting for the type look again: at an item to try again (now, or at a time they
+    // must learn), or at the next item of an ordered job.
+    if retry_at.is_some() || item.ordered {
+        notify::items_ready(&mut tx, &item.job_type).await?;
+    }
     if state != ChunkState::Pending {
         let done = i32::from(state == ChunkState::Done);
-        if let Some(version) = states::job::add_items(&mut tx, item.job_id, done, 1 - done).await? {
-            notify::job_changed(&mut tx, item.job_id, version).await?;
-        }
+        changed.extend(item_job::add_items(&mut tx, item.job_id, done, 1 - done).await?);
+    }
+    for (job_id, version) in changed {
+        notify::job_changed(&mut tx, job_id, version).await?;
     }
     tx.commit().await?;
     Ok(Finished::Recorded { state, retry_at })
 }
 
+/// Adds the follow-up item of a parent's item `item_no` (its result as the payload) to the
+/// child job; nothing when the child was cancelled on its own. The job changed, if it did.
+async fn add_follow_up(
+    conn: &mut PgConnection,
+    child: Uuid,
+    item_no: i64,
+    result: &str,
+) -> sqlx::Result<Option<(Uuid, i64)>> {
+    let item = NewItem {
+        payload: result.to_owned(),
+        // One follow-up per parent item, whatever happens.
+        dedupe_key: Some(format!("parent-item-{item_no}")),
+    };
+    Ok(match items::add(conn, child, None, &[item]).await? {
+        Ok(added) => added.version.map(|version| (child, version)),
+        Err(_) => None,
+    })
+}
+
 /// Frees the items whose lease expired (their worker stopped: killed, stalled, gone), in the
 /// caller's transaction, recording a failure with `reason`; one out of attempts fails, and
-/// counts in its job. Returns the types with items free again, and the jobs whose counters
-/// changed, with their new versions.
+/// counts in its job. Returns the types with items free again, and the jobs that changed, with
+/// their new versions.
 pub async fn free_expired(
     conn: &mut PgConnection,
     reason: &str,
 ) -> sqlx::Result<(Vec<String>, Vec<(Uuid, i64)>)> {
-    let freed = sqlx::query!(
-        r#"update job_items i set lease_expires_at = null, assignment = null,
-               failures = i.failures || jsonb_build_array(jsonb_build_object(
-                   'message', $1::text, 'at', now(), 'worker', i.worker, 'attempt', i.attempts)),
-               state = case when i.attempts >= j.max_failures_per_item then $3 else i.state end,
-               done_at = case when i.attempts >= j.max_failures_per_item then now() end
-           from jobs j
-           where i.lease_expires_at < now() and i.state = $2 and j.id = i.job_id
-           returning i.job_id, j.job_type as "job_type!", i.state = $3 as "failed!""#,
-        reason,
-        ChunkState::Pending as ChunkState,
-        ChunkState::Failed as ChunkState,
-    )
-    .fetch_all(&mut *conn)
-    .await?;
+    let freed = states::item::expire_leases(conn, reason).await?;
     let mut types: Vec<String> = freed
         .iter()
-        .filter(|item| !item.failed)
-        .map(|item| item.job_type.clone())
+        .filter(|(_, _, failed)| !failed)
+        .map(|(_, job_type, _)| job_type.clone())
         .collect();
     types.sort();
     types.dedup();
     let mut failed: Vec<Uuid> = freed
         .iter()
-        .filter(|item| item.failed)
-        .map(|item| item.job_id)
+        .filter(|(_, _, failed)| *failed)
+        .map(|(job_id, _, _)| *job_id)
         .collect();
     failed.sort();
     let mut changed = Vec::new();
-    for chunk in failed.chunk_by(|a, b| a == b) {
-        let job_id = chunk[0];
-        if let Some(version) = states::job::add_items(conn, job_id, 0, chunk.len() as i32).await? {
-            changed.push((job_id, version));
-        }
+    for same_job in failed.chunk_by(|a, b| a == b) {
+        let job_id = same_job[0];
+        item_job::lock_tree(conn, job_id).await?;
+        changed.extend(item_job::add_items(conn, job_id, 0, same_job.len() as i32).await?);
     }
     Ok((types, changed))
 }

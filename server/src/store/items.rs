@@ -107,59 +107,6 @@ pub async fn add(
     }))
 }
 
-/// An item, by job and number.
-pub type ItemKey = (Uuid, i64);
-
-/// A claimed item is done with `result` (JSON text); its lease ends (its assignment stays, so
-/// the same result sent again is recognised).
-pub async fn record_result(
-    conn: &mut PgConnection,
-    item: ItemKey,
-    result: &str,
-) -> sqlx::Result<()> {
-    sqlx::query!(
-        "update job_items set state = $3, result = $4::text::jsonb, done_at = now(),
-             lease_expires_at = null
-         where job_id = $1 and item_no = $2",
-        item.0,
-        item.1,
-        ItemState::Done as ItemState,
-        result,
-    )
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// Records a claimed item's failed attempt: it is tried again `retry_after` seconds from now,
-/// or, without one, it has `failed`. Its lease ends either way. Returns when it is due again.
-pub async fn record_failure(
-    conn: &mut PgConnection,
-    item: ItemKey,
-    message: &str,
-    retry_after: Option<f64>,
-) -> sqlx::Result<Option<chrono::DateTime<chrono::Utc>>> {
-    sqlx::query_scalar!(
-        r#"update job_items set lease_expires_at = null,
-             failures = failures || jsonb_build_array(jsonb_build_object(
-                 'message', $3::text, 'at', now(), 'worker', worker, 'attempt', attempts)),
-             state = case when $4::float8 is null then $5 else state end,
-             done_at = case when $4::float8 is null then now() end,
-             run_after = case when $4::float8 is null then run_after
-                              else now() + make_interval(secs => $4) end
-         where job_id = $1 and item_no = $2
-         returning case when state = $6 then run_after end as "retry_at""#,
-        item.0,
-        item.1,
-        message,
-        retry_after,
-        ItemState::Failed as ItemState,
-        ItemState::Pending as ItemState,
-    )
-    .fetch_one(conn)
-    .await
-}
-
 /// A page of a job's items in order, those in `state` only if given, after item `after`; with
 /// the item number to pass as `after` for the next page (none on the last).
 pub async fn page(

@@ -433,6 +433,50 @@ pub async fn active_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Result<i
     .await
 }
 
+/// Why a job was not deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotDeleted {
+    /// No job with that id that the caller may change.
+    NoSuchJob,
+    /// It is waiting or running, or part of a live job (a batch's, or a chain's).
+    Live,
+}
+
+/// Deletes a finished job that `acts` covers, with everything it holds (its items, chunks,
+/// row errors, history) and the jobs below it (a batch's children, a chain's follow-up jobs,
+/// all ended with it); and its result file. The file it read goes with retention, once no
+/// job uses it.
+pub async fn delete_finished(
+    conn: &mut PgConnection,
+    id: Uuid,
+    acts: Sees,
+) -> sqlx::Result<Result<(), NotDeleted>> {
+    let job = sqlx::query!(
+        r#"select status = any($3) or exists (select 1 from jobs p where p.id = j.parent_id
+                                              and p.status = any($3)) as "live!"
+           from jobs j where id = $1 and ($2::uuid is null or owner = $2)
+           for update"#,
+        id,
+        acts.owner_filter(),
+        &LIVE[..] as &[JobStatus],
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    match job {
+        None => return Ok(Err(NotDeleted::NoSuchJob)),
+        Some(job) if job.live => return Ok(Err(NotDeleted::Live)),
+        Some(_) => {}
+    }
+    sqlx::query!(
+        "with gone as (delete from jobs where id = $1 returning result_upload_id)
+         delete from uploads u using gone where u.id = gone.result_upload_id",
+        id,
+    )
+    .execute(conn)
+    .await?;
+    Ok(Ok(()))
+}
+
 /// The job with this id, if `sees` covers it.
 pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<JobView>> {
     select_view!(

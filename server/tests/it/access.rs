@@ -321,6 +321,14 @@ impl World {
                 response(c.get(self.url(&format!("/api/jobs/{import}")))).await,
                 expect_seen(READ, MARK, SEES_A),
             ),
+            ("DELETE", "/api/jobs/{id}") => {
+                let id = self.cancelled_job().await;
+                let url = self.url(&format!("/api/jobs/{id}"));
+                (
+                    response(c.delete(url)).await,
+                    expect([204, 404, 403, 204, 404, 404]),
+                )
+            }
             ("GET", "/api/jobs/{id}/history") => (
                 response(c.get(self.url(&format!("/api/jobs/{import}/history")))).await,
                 expect_seen(READ, "transitions", SEES_A),

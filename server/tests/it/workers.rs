@@ -488,6 +488,7 @@ async fn a_waiting_claim_answers_as_soon_as_items_are_added() {
         }
     });
     // The claim is waiting (it found nothing); then items come.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let body = json!({ "items": [{ "payload": 1 }, { "payload": 2 }] });
     let added = s
         .post(&s.member, &format!("/api/jobs/{job}/items"), body)
@@ -496,7 +497,8 @@ async fn a_waiting_claim_answers_as_soon_as_items_are_added() {
     let (answer, waited) = claim.await.unwrap();
     let taken = answer["assignments"].as_array().unwrap();
     assert_eq!(taken.len(), 2, "{answer}");
-    // It was woken, not left to its 30 s (nor the 5 s recheck).
+    // It waited for them, and was woken: not left to its 30 s (nor the 5 s recheck).
+    assert!(waited >= Duration::from_millis(500), "{waited:?}");
     assert!(waited < Duration::from_secs(5), "{waited:?}");
     s.server.stop().await;
 }
@@ -506,7 +508,10 @@ async fn many_worker_processes_share_a_job_and_no_item_is_claimed_twice() {
     let s = Setup::new().await;
     s.register(json!({ "name": "noop" })).await;
     let token = s.token(&["noop"]).await;
-    let payloads: Vec<Value> = (0..300).map(|n| json!({ "n": n })).collect();
+    // Each takes a little while, so every worker is up before the work runs out.
+    let payloads: Vec<Value> = (0..300)
+        .map(|n| json!({ "n": n, "sleepSeconds": 0.01 }))
+        .collect();
     let job = s.job("noop", &payloads, true).await;
     let mut workers = s.workers(&token);
     for n in 0..4 {
@@ -527,7 +532,7 @@ async fn many_worker_processes_share_a_job_and_no_item_is_claimed_twice() {
         .into_iter()
         .collect();
     assert!(by.len() > 1, "the work was shared: {by:?}");
-    assert_eq!(items[7]["result"], json!({ "echo": { "n": 7 } }));
+    assert_eq!(items[7]["result"]["echo"]["n"], 7);
     s.server.stop().await;
 }
 
@@ -667,5 +672,208 @@ async fn a_cancelled_job_is_seen_at_the_next_heartbeat() {
     let cancelled = workers.event("cancelled").await;
     assert_eq!(cancelled["assignment"], claimed["assignment"]);
     workers.event("dropped").await;
+    s.server.stop().await;
+}
+
+/// A callback receiver that answers 200 and reports each POST's job.
+async fn callback_receiver() -> (String, mpsc::UnboundedReceiver<JobView>) {
+    use axum::{Json, Router, extract::State, routing::post};
+    let (tx, rx) = mpsc::unbounded_channel();
+    let hook = |State(tx): State<mpsc::UnboundedSender<JobView>>, Json(job): Json<JobView>| async move {
+        tx.send(job).unwrap();
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/done", listener.local_addr().unwrap());
+    let app = Router::new().route("/done", post(hook)).with_state(tx);
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, rx)
+}
+
+#[tokio::test]
+async fn a_three_level_chain_completes_with_one_callback() {
+    let s = Setup::new().await;
+    s.register(json!({ "name": "thumbs" })).await;
+    s.register(json!({ "name": "encode", "followUp": "thumbs", "maxPayloadBytes": 100 }))
+        .await;
+    s.register(json!({ "name": "ingest", "followUp": "encode" }))
+        .await;
+    let token = s.token(&["ingest", "encode", "thumbs"]).await;
+
+    // A result larger than the follow-up type takes is refused, and changes nothing.
+    let big = s.job("ingest", &[json!({ "n": 0 })], true).await;
+    let (_, claimed) = s
+        .as_worker(
+            &token,
+            "/api/workers/w/claims",
+            json!({ "types": ["ingest"] }),
+        )
+        .await;
+    let id = claimed["assignments"][0]["id"].as_str().unwrap().to_owned();
+    let result = json!({ "result": "x".repeat(200) });
+    let (status, _) = s
+        .as_worker(&token, &format!("/api/assignments/{id}/result"), result)
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let failure = json!({ "message": "too big", "retry": false });
+    let (_, failed) = s
+        .as_worker(&token, &format!("/api/assignments/{id}/failure"), failure)
+        .await;
+    assert_eq!(failed["state"], "failed");
+    assert_eq!(s.finished(big).await.status, JobStatus::Failed);
+
+    let (hook, mut calls) = callback_receiver().await;
+    let items: Vec<Value> = (1..=5).map(|n| json!({ "payload": n })).collect();
+    let body = json!({ "jobType": "ingest", "items": items, "callbackUrl": hook });
+    let root: JobView = s
+        .post(&s.member, "/api/jobs", body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let chain: Vec<(Uuid, String)> = sqlx::query_as(
+        "with recursive tree as (select id, job_type, 0 as depth from jobs where id = $1
+                                 union all
+                                 select j.id, j.job_type, t.depth + 1 from jobs j
+                                 join tree t on j.parent_id = t.id)
+         select id, job_type from tree order by depth",
+    )
+    .bind(root.id)
+    .fetch_all(&s.db.pool)
+    .await
+    .unwrap();
+    let types: Vec<&str> = chain.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(types, ["ingest", "encode", "thumbs"]);
+
+    let mut workers = s.workers(&token);
+    workers.add("w1", &["--max", "3"]);
+    workers.add("w2", &["--max", "3"]);
+    // Each level's items are done as they come; the root is not sealed yet, so nothing ends.
+    workers.until("done", 15).await;
+    for (id, _) in &chain {
+        assert_eq!(s.job_view(*id).await.status, JobStatus::Running);
+    }
+    let sealed = s
+        .post(&s.member, &format!("/api/jobs/{}/seal", root.id), json!({}))
+        .await;
+    assert_eq!(sealed.status(), StatusCode::OK);
+
+    let called = calls.recv().await.unwrap();
+    assert_eq!((called.id, called.status), (root.id, JobStatus::Completed));
+    for (id, _) in &chain {
+        let job = s.job_view(*id).await;
+        assert_eq!(
+            (job.status, job.rows_ok),
+            (JobStatus::Completed, 5),
+            "{job:?}"
+        );
+        assert!(job.sealed);
+    }
+    let leaves = s.items(chain[2].0).await;
+    let payloads: Vec<&Value> = leaves.iter().map(|i| &i["payload"]).collect();
+    assert!(
+        payloads.contains(&&json!({ "echo": { "echo": 3 } })),
+        "{payloads:?}"
+    );
+    assert!(leaves[0]["result"]["echo"]["echo"]["echo"].is_i64());
+    // Only the root calls back: one POST for the whole tree.
+    let with_callbacks: i64 =
+        sqlx::query_scalar("select count(*) from jobs where callback_url is not null")
+            .fetch_one(&s.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(with_callbacks, 1);
+    s.server.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_chain_retried_from_its_root_runs_what_failed_and_completes() {
+    let s = Setup::new().await;
+    s.register(json!({ "name": "publish" })).await;
+    s.register(json!({ "name": "render", "followUp": "publish" }))
+        .await;
+    let token = s.token(&["render", "publish"]).await;
+    let root = s.job("render", &[json!(1), json!(2)], true).await;
+    let claim = |types: &'static str| {
+        let body = json!({ "types": [types], "max": 10 });
+        let s = &s;
+        let token = &token;
+        async move {
+            let (_, claimed) = s.as_worker(token, "/api/workers/w/claims", body).await;
+            claimed["assignments"].as_array().unwrap().clone()
+        }
+    };
+    let end = |id: &Value, outcome: &str, body: Value| {
+        let path = format!("/api/assignments/{}/{outcome}", id.as_str().unwrap());
+        let s = &s;
+        let token = &token;
+        async move {
+            let (status, answer) = s.as_worker(token, &path, body).await;
+            assert_eq!(status, StatusCode::OK, "{answer}");
+        }
+    };
+    // Item 1 of the root succeeds; item 2 fails for good.
+    let taken = claim("render").await;
+    end(&taken[0]["id"], "result", json!({ "result": "one" })).await;
+    let no_retry = json!({ "message": "bad frame", "retry": false });
+    end(&taken[1]["id"], "failure", no_retry.clone()).await;
+    // Its follow-up fails too: the whole chain ends failed.
+    let follow = claim("publish").await;
+    assert_eq!(follow[0]["payload"], "one");
+    end(&follow[0]["id"], "failure", no_retry).await;
+    let failed = s.finished(root).await;
+    assert_eq!(failed.status, JobStatus::Failed);
+    assert!(failed.error.unwrap().contains("1 of 2 items failed"));
+
+    let retried = s
+        .post(&s.member, &format!("/api/jobs/{root}/retry"), json!({}))
+        .await;
+    let delete = |id: Uuid| {
+        let url = s.server.url(&format!("/api/jobs/{id}"));
+        let member = &s.member;
+        async move { member.delete(url).send().await.unwrap().status() }
+    };
+    // A live job is not deleted.
+    assert_eq!(delete(root).await, StatusCode::CONFLICT);
+    assert_eq!(retried.status(), StatusCode::OK);
+    let job = s.job_view(root).await;
+    assert_eq!(
+        (job.status, job.rows_ok, job.rows_failed),
+        (JobStatus::Waiting, 1, 0)
+    );
+    // Only what failed runs again, with fresh attempts; what was done stays done.
+    let taken = claim("render").await;
+    let numbers: Vec<i64> = taken
+        .iter()
+        .map(|a| a["itemNo"].as_i64().unwrap())
+        .collect();
+    assert_eq!((numbers, &taken[0]["attempt"]), (vec![2], &json!(1)));
+    end(&taken[0]["id"], "result", json!({ "result": "two" })).await;
+    let follow = claim("publish").await;
+    let payloads: Vec<&Value> = follow.iter().map(|a| &a["payload"]).collect();
+    assert_eq!(payloads, [&json!("one"), &json!("two")]);
+    for a in &follow {
+        end(&a["id"], "result", json!({})).await;
+    }
+    let done = s.finished(root).await;
+    assert_eq!(
+        (done.status, done.rows_ok),
+        (JobStatus::Completed, 2),
+        "{done:?}"
+    );
+    let items = s.items(root).await;
+    assert_eq!(items[1]["failures"][0]["message"], "bad frame");
+
+    // Deleted once finished: the job, its items, and its chain.
+    assert_eq!(delete(root).await, StatusCode::NO_CONTENT);
+    let left: i64 = sqlx::query_scalar("select count(*) from jobs where job_type is not null")
+        .fetch_one(&s.db.pool)
+        .await
+        .unwrap();
+    let items_left: i64 = sqlx::query_scalar("select count(*) from job_items")
+        .fetch_one(&s.db.pool)
+        .await
+        .unwrap();
+    assert_eq!((left, items_left), (0, 0));
+    assert_eq!(delete(root).await, StatusCode::NOT_FOUND);
     s.server.stop().await;
 }

@@ -177,21 +177,35 @@ async fn stop_over_row_error_limit(conn: &mut PgConnection, id: Uuid) -> sqlx::R
 /// `running` → `completed` (an import, whose dataset is then `ready`) or `failed` (any job with
 /// a failed chunk) once every chunk of its sealed plan is done or failed. An export whose chunks are all done goes on to
 /// its finish step instead ([`complete_export`]).
-async fn end_if_all_chunks_ended(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
+pub(super) async fn end_if_all_chunks_ended(
+    conn: &mut PgConnection,
+    id: Uuid,
+) -> sqlx::Result<Option<i64>> {
     let ended = sqlx::query_scalar!(
         "update jobs set
-             status = case when chunks_failed = 0 then $3::job_status else $4 end,
-             error = case when chunks_failed = 0 then error
-                          when kind = $6 then format('%s of %s items failed; see their failures '
-                                                     'below.', chunks_failed, chunks_total)
-                          else format('%s of %s parts could not be processed (each was tried %s '
-                                      'times); see the parts below. Retry the job to run them '
-                                      'again.', chunks_failed, chunks_total,
-                                      max_failures_per_item) end,
+             status = case when chunks_failed = 0 and not exists (
+                               select 1 from jobs c where c.parent_id = jobs.id and c.kind = $6
+                                   and c.status <> $3)
+                           then $3::job_status else $4 end,
+             error = case when chunks_failed > 0 and kind = $6
+                              then format('%s of %s items failed; see their failures below.',
+                                          chunks_failed, chunks_total)
+                          when chunks_failed > 0
+                              then format('%s of %s parts could not be processed (each was '
+                                          'tried %s times); see the parts below. Retry the job '
+                                          'to run them again.', chunks_failed, chunks_total,
+                                          max_failures_per_item)
+                          when exists (select 1 from jobs c where c.parent_id = jobs.id
+                                           and c.kind = $6 and c.status <> $3)
+                              then 'Its follow-up job did not complete.'
+                          else error end,
              finished_at = now(), version = version + 1
          where id = $1 and status = $2 and sealed
            and chunks_done + chunks_failed = chunks_total
            and (kind = any($5) or chunks_failed > 0)
+           -- A job of a registered type ends after its follow-up job (`item_job`).
+           and not exists (select 1 from jobs c where c.parent_id = jobs.id and c.kind = $6
+                               and c.status = any($7))
          returning version",
         id,
         Running as JobStatus,
@@ -199,6 +213,7 @@ async fn end_if_all_chunks_ended(conn: &mut PgConnection, id: Uuid) -> sqlx::Res
         Failed as JobStatus,
         &[JobKind::Import, JobKind::Items] as &[JobKind],
         JobKind::Items as JobKind,
+        &LIVE[..] as &[JobStatus],
     )
     .fetch_optional(&mut *conn)
     .await?;
@@ -218,37 +233,6 @@ pub async fn add_failed_chunk(conn: &mut PgConnection, id: Uuid) -> sqlx::Result
          returning version",
         id,
         Running as JobStatus,
-    )
-    .fetch_optional(&mut *conn)
-    .await?;
-    match counted {
-        Some(version) => Ok(Some(
-            end_if_all_chunks_ended(conn, id).await?.unwrap_or(version),
-        )),
-        None => Ok(None),
-    }
-}
-
-/// Counts items of a `running` job of a registered type that ended (`done` succeeded, `failed`
-/// ran out of attempts or were failed for good); the job ends when they were the last ones of
-/// its sealed set.
-pub async fn add_items(
-    conn: &mut PgConnection,
-    id: Uuid,
-    done: i32,
-    failed: i32,
-) -> sqlx::Result<Option<i64>> {
-    let counted = sqlx::query_scalar!(
-        "update jobs set chunks_done = chunks_done + $2, chunks_failed = chunks_failed + $3,
-             item_progress = item_progress + $2 + $3, rows_ok = rows_ok + $2,
-             rows_failed = rows_failed + $3, version = version + 1
-         where id = $1 and status = $4 and kind = $5
-         returning version",
-        id,
-        done,
-        failed,
-        Running as JobStatus,
-        JobKind::Items as JobKind,
     )
     .fetch_optional(&mut *conn)
     .await?;
@@ -319,8 +303,9 @@ pub async fn complete_delete(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<
     .await
 }
 
-/// `waiting`/`running` → `cancelled`, for each of `ids` that `acts` covers, with the live
-/// children of those that are batches (a `delete` job goes on: its dataset is gone already).
+/// `waiting`/`running` → `cancelled`, for each of `ids` that `acts` covers, with their live
+/// descendants (a batch's children, a chain's follow-up jobs; a `delete` job goes on: its
+/// dataset is gone already).
 /// Every job cancelled, with its new version; none when they had all ended.
 pub async fn cancel(
     conn: &mut PgConnection,
@@ -329,12 +314,17 @@ pub async fn cancel(
 ) -> sqlx::Result<Vec<(Uuid, i64)>> {
     lock_in_order(conn, ids, acts, true).await?;
     let cancelled = sqlx::query!(
-        "update jobs set status = $3, finished_at = now(), version = version + 1
+        "with recursive below as (
+             select c.id from jobs c join jobs p on p.id = c.parent_id
+             where p.id = any($1) and p.status = any($4) and ($2::uuid is null or p.owner = $2)
+             union
+             -- A follow-up chain's jobs, however deep (`item_job`).
+             select c.id from jobs c join below b on c.parent_id = b.id
+         )
+         update jobs set status = $3, finished_at = now(), version = version + 1
          where status = any($4) and kind <> $5
            and (id = any($1) and ($2::uuid is null or owner = $2)
-                or parent_id = any($1) and exists (
-                    select 1 from jobs p where p.id = jobs.parent_id and p.status = any($4)
-                        and ($2::uuid is null or p.owner = $2)))
+                or id in (select id from below))
          returning id, version",
         ids,
         acts.owner_filter(),
@@ -360,6 +350,8 @@ pub async fn retry(
     ids: &[Uuid],
     acts: Sees,
 ) -> sqlx::Result<Vec<(Uuid, i64)>> {
+    // Jobs of registered types first: their items, then their rows (as results take them).
+    let items_retried = super::item_job::retry(conn, ids, acts).await?;
     chunk::lock_unfinished(conn, ids, acts).await?;
     lock_in_order(conn, ids, acts, false).await?;
     dataset::hold_for_jobs(conn, ids).await?;
@@ -385,14 +377,15 @@ pub async fn retry(
     )
     .fetch_all(&mut *conn)
     .await?;
-    let retried: Vec<(Uuid, i64)> = retried.into_iter().map(|j| (j.id, j.version)).collect();
+    let mut retried: Vec<(Uuid, i64)> = retried.into_iter().map(|j| (j.id, j.version)).collect();
     let ids: Vec<Uuid> = retried.iter().map(|(id, _)| *id).collect();
     chunk::reopen_unfinished(conn, &ids).await?;
+    retried.extend(items_retried);
     Ok(retried)
 }
 
-/// Locks the rows of `ids` that `acts` covers (and with `children`, the live children of those
-/// that are batches) in id order, so that two transactions changing overlapping sets of jobs
+/// Locks the rows of `ids` that `acts` covers (and with `children`, their live descendants:
+/// the children of batches, the chains of jobs of registered types) in id order, so that two transactions changing overlapping sets of jobs
 /// wait for each other rather than deadlock. A chunk's commit locks its chunk and then its job:
 /// callers that lock chunks do so first. `for no key update` is the lock the update takes
 /// anyway, and does not hold up rows that only refer to the job.
@@ -403,9 +396,14 @@ async fn lock_in_order(
     children: bool,
 ) -> sqlx::Result<()> {
     sqlx::query!(
-        "select 1 as locked from jobs
+        "with recursive below as (
+             select c.id from jobs c where $3 and c.parent_id = any($1)
+             union
+             select c.id from jobs c join below b on c.parent_id = b.id
+         )
+         select 1 as locked from jobs
          where ($2::uuid is null or owner = $2)
-           and (id = any($1) or $3 and parent_id = any($1) and status = any($4))
+           and (id = any($1) or status = any($4) and id in (select id from below))
          order by id for no key update",
         ids,
         acts.owner_filter(),
@@ -435,40 +433,6 @@ pub async fn seal_batch(
     )
     .fetch_optional(conn)
     .await
-}
-
-/// A live job of a registered type takes no more items; it ends at once if every item has
-/// (one sealed without items starts and completes). `None` also when `acts` does not cover it.
-pub async fn seal_items(
-    conn: &mut PgConnection,
-    id: Uuid,
-    acts: Sees,
-) -> sqlx::Result<Option<i64>> {
-    let sealed = sqlx::query!(
-        "update jobs set sealed = true, item_count = chunks_total, version = version + 1
-         where id = $1 and kind = $3 and status = any($4) and not sealed
-           and ($2::uuid is null or owner = $2)
-         returning version, status as \"status: JobStatus\",
-             chunks_done + chunks_failed = chunks_total as \"all_ended!\"",
-        id,
-        acts.owner_filter(),
-        JobKind::Items as JobKind,
-        &LIVE[..] as &[JobStatus],
-    )
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(sealed) = sealed else {
-        return Ok(None);
-    };
-    if !sealed.all_ended {
-        return Ok(Some(sealed.version));
-    }
-    if sealed.status == Waiting {
-        start(conn, id).await?;
-    }
-    Ok(end_if_all_chunks_ended(conn, id)
-        .await?
-        .or(Some(sealed.version)))
 }
 
 /// Every sealed `running` batch whose children have all ended → `completed` if they all

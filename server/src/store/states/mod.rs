@@ -28,12 +28,17 @@
 //! (or is recorded `done` at once, for a streamed sheet); `pending` → `failed` when an attempt
 //! fails or its lease expires with no attempts left; back to `pending` when its job is retried.
 //!
+//! An item of a job of a registered type moves through the chunk states too ([`item`]); such
+//! jobs, and the follow-up chains they make, end as [`item_job`] says.
+//!
 //! A dataset ([`DatasetState`], transitions in [`dataset`]): `provisional` until an import into
 //! it completes, then `ready`; `deleted` when its owner deletes it or a new import takes over
 //! what a failed one left.
 
 pub mod chunk;
 pub mod dataset;
+pub mod item;
+pub mod item_job;
 pub mod job;
 
 pub use dataset::DatasetState;

@@ -1,0 +1,129 @@
+//! An item of a job of a registered type (issue 14) moves through the chunk states: `pending`
+//! (claimed or not) → `done` with its result, or `failed` once out of attempts (or failed for
+//! good by its worker); back to `pending` when a failed attempt has attempts left, when its
+//! lease expires with attempts left, or when its job is retried. Each ends its lease.
+
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::{ChunkState, JobStatus};
+
+/// An item, by job and number.
+pub type ItemKey = (Uuid, i64);
+
+/// A claimed item is done with `result` (JSON text); its lease ends (its assignment stays, so
+/// the same result sent again is recognised).
+pub async fn done(conn: &mut PgConnection, item: ItemKey, result: &str) -> sqlx::Result<()> {
+    sqlx::query!(
+        "update job_items set state = $3, result = $4::text::jsonb, done_at = now(),
+             lease_expires_at = null
+         where job_id = $1 and item_no = $2",
+        item.0,
+        item.1,
+        ChunkState::Done as ChunkState,
+        result,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records a claimed item's failed attempt: it is tried again `retry_after` seconds from now,
+/// or, without one, it has `failed`. Its lease ends either way. Returns when it is due again.
+pub async fn fail_attempt(
+    conn: &mut PgConnection,
+    item: ItemKey,
+    message: &str,
+    retry_after: Option<f64>,
+) -> sqlx::Result<Option<chrono::DateTime<chrono::Utc>>> {
+    sqlx::query_scalar!(
+        r#"update job_items set lease_expires_at = null,
+             failures = failures || jsonb_build_array(jsonb_build_object(
+                 'message', $3::text, 'at', now(), 'worker', worker, 'attempt', attempts)),
+             state = case when $4::float8 is null then $5 else state end,
+             done_at = case when $4::float8 is null then now() end,
+             run_after = case when $4::float8 is null then run_after
+                              else now() + make_interval(secs => $4) end
+         where job_id = $1 and item_no = $2
+         returning case when state = $6 then run_after end as "retry_at""#,
+        item.0,
+        item.1,
+        message,
+        retry_after,
+        ChunkState::Failed as ChunkState,
+        ChunkState::Pending as ChunkState,
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Frees the items whose lease expired (their worker stopped: killed, stalled, gone),
+/// recording a failure with `reason`; one out of attempts becomes `failed`. An item of a job
+/// that stopped (cancelled: its worker was told at its heartbeat) is only freed. Returns each
+/// item of a running job freed: its job, type, and whether it failed.
+pub async fn expire_leases(
+    conn: &mut PgConnection,
+    reason: &str,
+) -> sqlx::Result<Vec<(Uuid, String, bool)>> {
+    let freed = sqlx::query!(
+        r#"with expired as (
+               -- One being ended or reopened right now is passed over until the next round.
+               select job_id, item_no from job_items
+               where lease_expires_at < now() and state = $2
+               for no key update skip locked
+           )
+           update job_items i set lease_expires_at = null, assignment = null,
+               failures = case when j.status <> $4 then i.failures
+                               else i.failures || jsonb_build_array(jsonb_build_object(
+                                   'message', $1::text, 'at', now(), 'worker', i.worker,
+                                   'attempt', i.attempts)) end,
+               state = case when j.status = $4 and i.attempts >= j.max_failures_per_item then $3
+                            else i.state end,
+               done_at = case when j.status = $4 and i.attempts >= j.max_failures_per_item
+                              then now() end
+           from expired e, jobs j
+           where i.job_id = e.job_id and i.item_no = e.item_no and j.id = i.job_id
+           returning i.job_id, j.job_type as "job_type!", i.state = $3 as "failed!",
+               j.status = $4 as "running!""#,
+        reason,
+        ChunkState::Pending as ChunkState,
+        ChunkState::Failed as ChunkState,
+        JobStatus::Running as JobStatus,
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(freed
+        .into_iter()
+        .filter(|item| item.running)
+        .map(|item| (item.job_id, item.job_type, item.failed))
+        .collect())
+}
+
+/// `failed` (or `pending`, held or not) → `pending`, free, with fresh attempts, for the items
+/// of jobs being retried, locked in order first. Returns the types of the jobs with items
+/// free again.
+pub async fn reopen(conn: &mut PgConnection, job_ids: &[Uuid]) -> sqlx::Result<Vec<String>> {
+    sqlx::query!(
+        "select 1 as locked from job_items where job_id = any($1) and state <> $2
+         order by job_id, item_no for no key update",
+        job_ids,
+        ChunkState::Done as ChunkState,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    sqlx::query_scalar!(
+        r#"with reopened as (
+               update job_items set state = $2, attempts = 0, run_after = now(),
+                   lease_expires_at = null, assignment = null, done_at = null
+               where job_id = any($1) and state <> $3
+               returning job_id
+           )
+           select distinct j.job_type as "job_type!" from jobs j
+           where j.id in (select job_id from reopened)"#,
+        job_ids,
+        ChunkState::Pending as ChunkState,
+        ChunkState::Done as ChunkState,
+    )
+    .fetch_all(conn)
+    .await
+}
