@@ -12,6 +12,10 @@ The protocol, in full:
     POST /api/assignments/{id}/heartbeat                     -> {"cancelled", "leaseExpiresAt"}
     POST /api/assignments/{id}/result    {"result": ...}     -> {"state": "done", ...}
     POST /api/assignments/{id}/failure   {"message", "retry"} -> {"state": "pending"|"failed"}
+    POST /api/assignments/endings        {"results": [{"id", "result"}],
+                                          "failures": [{"id", "message", "retry"}]}
+                                         -> {"endings": [{"id", "state"} or {"id", "error"}]}
+This worker sends its endings together, once per claim (or every `--report-every`).
 A 409 means the assignment is no longer this worker's (its lease ran out, or its job was
 cancelled): drop the item, nothing was recorded. Each event is printed as a JSON line.
 
@@ -206,54 +210,99 @@ def run(args):
         idle_claims = 0
         for a in assignments:
             held.add(a["id"])
+        endings = Endings(api, held)
         for a in assignments:
-            work(api, held, a, args)
+            ending = work(held, a)
+            if ending:
+                endings.add(a, *ending)
+                if len(endings.items) >= args.report_every:
+                    endings.send()
+        endings.send()
     drained.set()
     say("stopped", name=args.name)
 
 
-def work(api, held, a, args):
+def work(held, a):
+    """Does one claimed item: its ending, ("result", value) or ("failure", message, retry), or
+    None when its job was cancelled."""
     assignment_id = a["id"]
     with held.lock:
         cancelled = held.items.get(assignment_id)
     if cancelled is None or cancelled.is_set():
         held.drop(assignment_id)
-        return
+        return None
     say("claimed", assignment=assignment_id, job=a["jobId"], item=a["itemNo"],
         attempt=a["attempt"], payload=a["payload"])
     try:
-        result = handle(a["jobType"], a["payload"], a["attempt"], cancelled)
-        path, body, event = f"/api/assignments/{assignment_id}/result", {"result": result}, "done"
+        return ("result", handle(a["jobType"], a["payload"], a["attempt"], cancelled))
     except Cancelled:
         held.drop(assignment_id)
         say("dropped", assignment=assignment_id, item=a["itemNo"])
-        return
+        return None
     except ItemFailed as failed:
-        path = f"/api/assignments/{assignment_id}/failure"
-        body, event = {"message": str(failed), "retry": failed.retry}, "failed"
+        return ("failure", str(failed), failed.retry)
     except Exception as err:  # the work's own bug: report it, and let it be tried again
-        path = f"/api/assignments/{assignment_id}/failure"
-        body, event = {"message": f"{type(err).__name__}: {err}", "retry": True}, "failed"
-    held.drop(assignment_id)
-    say("finishing", assignment=assignment_id, item=a["itemNo"])
-    # Sent again while the server is away (the same ending twice is recorded once), until the
-    # lease would have run out.
-    for wait in (0.2, 0.5, 1, 2, 4, 8, 16, 0):
-        try:
-            answer = api.post(path, body)
-            say(event, assignment=assignment_id, job=a["jobId"], item=a["itemNo"],
-                state=answer["state"])
+        return ("failure", f"{type(err).__name__}: {err}", True)
+
+
+class Endings:
+    """Endings waiting to be sent, together, in one request (`POST /api/assignments/endings`).
+    Their items stay held (heartbeats go on) until the server has them."""
+
+    def __init__(self, api, held):
+        self.api, self.held, self.items = api, held, []
+
+    def add(self, a, kind, *what):
+        say("finishing", assignment=a["id"], item=a["itemNo"])
+        self.items.append((a, kind, what))
+
+    def send(self):
+        if not self.items:
             return
-        except Refused as refused:
-            if lost(refused) or refused.status == 422:
-                say("refused", assignment=assignment_id, item=a["itemNo"],
-                    status=refused.status)
-                return
-            error = str(refused)
-        except Exception as err:
-            error = str(err)
-        say("finish-error", assignment=assignment_id, error=error)
-        time.sleep(wait)
+        body = {"results": [], "failures": []}
+        for a, kind, what in self.items:
+            if kind == "result":
+                body["results"].append({"id": a["id"], "result": what[0]})
+            else:
+                body["failures"].append({"id": a["id"], "message": what[0], "retry": what[1]})
+        answers = self.post(body)
+        by_id = {a["id"]: (a, kind) for a, kind, _ in self.items}
+        too_large = []
+        for answer in answers:
+            a, kind = by_id[answer["id"]]
+            if "error" in answer:
+                error = answer["error"]
+                say("refused", assignment=a["id"], item=a["itemNo"], code=error["code"])
+                if error["code"] == "invalid" and kind == "result":
+                    too_large.append((a, error["message"]))
+            else:
+                event = "done" if kind == "result" else "failed"
+                say(event, assignment=a["id"], job=a["jobId"], item=a["itemNo"],
+                    state=answer["state"])
+        for a, _, _ in self.items:
+            self.held.drop(a["id"])
+        self.items = []
+        # A result the server cannot keep (too large for the follow-up type) fails its item.
+        if too_large:
+            failures = [{"id": a["id"], "message": message, "retry": False}
+                        for a, message in too_large]
+            self.post({"results": [], "failures": failures})
+
+    def post(self, body):
+        # Sent again while the server is away (an ending sent twice is recorded once).
+        for wait in (0.2, 0.5, 1, 2, 4, 8, 16, 0):
+            try:
+                return self.api.post("/api/assignments/endings", body)["endings"]
+            except Refused as refused:
+                if refused.status in (401, 403, 422):
+                    say("finish-error", status=refused.status, error=str(refused))
+                    return []
+                error = str(refused)
+            except Exception as err:
+                error = str(err)
+            say("finish-error", error=error)
+            time.sleep(wait)
+        return []
 
 
 def main():
@@ -265,6 +314,8 @@ def main():
     parser.add_argument("--max", type=int, default=10, help="items per claim")
     parser.add_argument("--wait", type=int, default=20, help="seconds a claim may wait")
     parser.add_argument("--heartbeat-seconds", type=float, default=2.0)
+    parser.add_argument("--report-every", type=int, default=100,
+                        help="send endings once this many are done (and after each claim)")
     parser.add_argument("--exit-when-idle", type=int, default=0,
                         help="stop after this many claims in a row came back empty")
     run(parser.parse_args())

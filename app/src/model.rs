@@ -287,7 +287,8 @@ pub struct JobView {
     /// Parts that ran out of attempts (the first 100), with their last error.
     #[serde(default)]
     pub failed_parts: Vec<FailedPart>,
-    /// The batch this job belongs to.
+    /// The batch this job belongs to, or (for a follow-up job of a registered type's chain)
+    /// the job whose results fill it.
     #[serde(default)]
     pub parent_id: Option<Uuid>,
     /// Who created it (and owns its dataset).

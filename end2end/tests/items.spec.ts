@@ -1,9 +1,9 @@
 // A job of a registered type (issue 14) on its page: its items listed, and kept current as
-// items are added and the job is sealed.
+// items are added, the job is sealed, and a worker reports their results and failures.
 import { expect, test } from './app';
 import { expectHydrated, signedIn } from './pages';
 
-test('a job of a registered type shows its items live on its page', async ({ browser, app }) => {
+test('a job of a registered type shows its progress and item results live on its page', async ({ browser, app }) => {
   const admin = `admin_${Date.now().toString(36)}@example.com`;
   app.addUser(admin, 'admin');
   const page = await signedIn(browser, admin);
@@ -41,7 +41,42 @@ test('a job of a registered type shows its items live on its page', async ({ bro
   expect(sealed.status()).toBe(200);
   await expect(page.getByTestId('job-rows')).toHaveText('0 of 5 items');
 
-  await page.getByRole('button', { name: 'Done' }).click();
+  // A worker (with a worker token) claims the items and reports on them: the page follows.
+  const token = await page.request.post('/api/worker-tokens', { data: { name: 'e2e', types: [type] } });
+  expect(token.status()).toBe(201);
+  const worker = { Authorization: `Bearer ${(await token.json()).secret}` };
+  const claimed = await page.request.post('/api/workers/e2e-worker/claims', {
+    headers: worker,
+    data: { max: 5 },
+  });
+  const assignments = (await claimed.json()).assignments;
+  expect(assignments).toHaveLength(5);
+  const report = async (a: { id: string; itemNo: number }) => {
+    const ending = a.itemNo === 5
+      ? page.request.post(`/api/assignments/${a.id}/failure`, {
+          headers: worker,
+          data: { message: 'frame 5 is corrupt', retry: false },
+        })
+      : page.request.post(`/api/assignments/${a.id}/result`, {
+          headers: worker,
+          data: { result: { thumbnail: `frame-${a.itemNo}.png` } },
+        });
+    expect((await ending).status()).toBe(200);
+  };
+  await report(assignments[0]);
+  await expect(page.getByTestId('job-message')).toContainText('Job running, 20% complete');
+  await expect(page.getByTestId('job-rows')).toHaveText('1 of 5 items');
+  await expect(rows.first()).toHaveAttribute('data-state', 'done');
+  await expect(rows.first()).toContainText('frame-1.png');
+  for (const a of assignments.slice(1)) await report(a);
+  await expect(page.getByTestId('job-rows')).toHaveText('5 of 5 items');
+  await expect(page.getByText('1 of 5 items failed; see their failures below.')).toBeVisible();
+  await expect(rows.nth(4)).toHaveAttribute('data-state', 'failed');
+  await expect(rows.nth(4)).toContainText('frame 5 is corrupt');
+
+  await page.getByRole('button', { name: 'Failed' }).click();
+  await expect(rows).toHaveCount(1);
+  await page.getByRole('button', { name: 'To do' }).click();
   await expect(page.getByTestId('item-table')).toContainText('No items.');
   await expect(rows).toHaveCount(0);
 });

@@ -87,6 +87,18 @@ pub struct ErrorDetail {
     reference: Option<String>,
 }
 
+impl ApiError {
+    /// The body of a refusal that is one part of a larger answer (an ending in a batch); never
+    /// for `Internal`, whose cause is logged under a reference instead.
+    pub fn detail(&self) -> ErrorDetail {
+        ErrorDetail {
+            code: self.status_and_code().1,
+            message: self.to_string(),
+            reference: None,
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();

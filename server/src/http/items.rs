@@ -89,6 +89,11 @@ pub async fn add(
     let added = match items::add(&mut tx, id, acts.owner_filter(), &new).await? {
         Ok(added) => added,
         Err(NotAdded::NoSuchJob) => return Err(no_such_job(id)),
+        Err(NotAdded::FollowUp) => {
+            return Err(ApiError::Conflict(
+                "This job is a follow-up in a chain: its parent job's results fill it.".into(),
+            ));
+        }
         Err(NotAdded::Closed) => {
             return Err(ApiError::Conflict(
                 "The job takes no more items: it is sealed, or has ended.".into(),

@@ -475,7 +475,7 @@ pub async fn import_dry_run(
         (status = 204, description = "Deleted."),
         (status = 403, description = "Viewers change nothing.", body = ErrorBody),
         (status = 404, description = "No such job (or not the caller's).", body = ErrorBody),
-        (status = 409, description = "The job, or the job above it, has not ended.", body = ErrorBody),
+        (status = 409, description = "The job, the job above it or one below it has not ended, or it is a chain's follow-up job.", body = ErrorBody),
     )
 )]
 pub async fn delete(
@@ -493,8 +493,12 @@ pub async fn delete(
         }
         Err(jobs::NotDeleted::NoSuchJob) => Err(no_such_job(id)),
         Err(jobs::NotDeleted::Live) => Err(ApiError::Conflict(
-            "Only a finished job can be deleted: cancel it first (or the job it belongs to)."
+            "Only a finished job can be deleted: cancel it first (or the job it belongs to, \
+             or the jobs below it)."
                 .into(),
+        )),
+        Err(jobs::NotDeleted::FollowUp) => Err(ApiError::Conflict(
+            "This job is a follow-up in a chain: delete the chain's first job.".into(),
         )),
     }
 }

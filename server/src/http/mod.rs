@@ -308,6 +308,12 @@ pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
             Worker,
             workers::failure,
         ),
+        items_endpoint(Endpoint::new(
+            post.clone(),
+            "/api/assignments/endings",
+            Worker,
+            workers::endings,
+        )),
         Endpoint::new(get.clone(), "/api/openapi.json", Anyone, openapi::document),
         Endpoint::new(get.clone(), "/api/session", Public, account::session),
         Endpoint::new(post.clone(), "/api/session", Public, account::sign_in),

@@ -71,6 +71,7 @@ use super::{
         workers::heartbeat,
         workers::result,
         workers::failure,
+        workers::endings,
         datasets::rows,
         account::session,
         account::sign_in,

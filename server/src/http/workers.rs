@@ -21,12 +21,13 @@ use uuid::Uuid;
 
 use super::{
     AppState,
-    error::{ApiError, ErrorBody},
+    error::{ApiError, ErrorBody, ErrorDetail},
 };
 use crate::{
     jobs::claims::{self, Claim},
     store::{
-        assignments::{self, Assignment, Finished, Heartbeat, Outcome},
+        assignments::{self, Assignment, Heartbeat},
+        endings::{self, Ending, Finished, Outcome},
         states::{ChunkState, JobStatus},
         worker_tokens::Worker,
     },
@@ -275,7 +276,14 @@ pub async fn result(
 ) -> Result<Json<Recorded>, ApiError> {
     let id = assignment_id(id)?;
     let Json(request) = body?;
-    let result = request.result.as_deref().map_or("null", RawValue::get);
+    let result = checked_result(request.result.as_deref())?;
+    finish(&state, &token, id, Outcome::Done(result)).await
+}
+
+/// A result as stored: JSON text (`null` when none was sent), refused when too large or
+/// holding a NUL character.
+fn checked_result(result: Option<&RawValue>) -> Result<&str, ApiError> {
+    let result = result.map_or("null", RawValue::get);
     if result.len() > MAX_RESULT_BYTES {
         return Err(ApiError::Invalid(format!(
             "A result is at most {MAX_RESULT_BYTES} bytes of JSON."
@@ -286,7 +294,22 @@ pub async fn result(
             "The result holds a NUL character (\\u0000), which cannot be stored.".into(),
         ));
     }
-    finish(&state, &token, id, Outcome::Done(result)).await
+    Ok(result)
+}
+
+/// A failure's message as stored: trimmed, without NUL characters, at most 10,000 characters.
+fn checked_message(message: &str) -> Result<String, ApiError> {
+    let message = message.trim().replace('\0', "");
+    if message.chars().count() > MAX_MESSAGE_CHARS {
+        return Err(ApiError::Invalid(format!(
+            "A failure's message is at most {MAX_MESSAGE_CHARS} characters."
+        )));
+    }
+    Ok(if message.is_empty() {
+        "The worker gave no reason.".to_owned()
+    } else {
+        message
+    })
 }
 
 /// Ends an assignment with a failure: tried again after the backoff while attempts are left
@@ -313,22 +336,127 @@ pub async fn failure(
 ) -> Result<Json<Recorded>, ApiError> {
     let id = assignment_id(id)?;
     let Json(request) = body?;
-    let message = request.message.trim().replace('\0', "");
-    if message.chars().count() > MAX_MESSAGE_CHARS {
-        return Err(ApiError::Invalid(format!(
-            "A failure's message is at most {MAX_MESSAGE_CHARS} characters."
-        )));
-    }
-    let message = if message.is_empty() {
-        "The worker gave no reason."
-    } else {
-        &message
-    };
+    let message = checked_message(&request.message)?;
     let outcome = Outcome::Failed {
-        message,
+        message: &message,
         retry: request.retry.unwrap_or(true),
     };
     finish(&state, &token, id, outcome).await
+}
+
+/// The most endings one batch carries.
+const MAX_ENDINGS: usize = 1000;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EndingsRequest {
+    /// Assignments done: `{"id","result"}`.
+    #[serde(default)]
+    results: Vec<BatchResult>,
+    /// Assignments failed: `{"id","message","retry"?}`.
+    #[serde(default)]
+    failures: Vec<BatchFailure>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchResult {
+    id: Uuid,
+    #[schema(value_type = Object)]
+    result: Option<Box<RawValue>>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchFailure {
+    id: Uuid,
+    message: String,
+    retry: Option<bool>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndingAnswer {
+    id: Uuid,
+    /// What was recorded, as `…/result` and `…/failure` answer it.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    recorded: Option<Recorded>,
+    /// Why this one was refused (`409`, `422` as the single routes answer), nothing recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorDetail>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndingsAnswer {
+    /// One per ending sent, results first, in the order sent.
+    endings: Vec<EndingAnswer>,
+}
+
+/// Ends many assignments at once, with results and failures, in one transaction: what a
+/// worker that claims in batches sends instead of one request per item. Each ending is
+/// answered as `…/result` or `…/failure` would answer it; one refused leaves the others.
+#[utoipa::path(
+    post,
+    path = "/api/assignments/endings",
+    operation_id = "postEndings",
+    tag = "workers",
+    request_body = EndingsRequest,
+    responses(
+        (status = 200, description = "An answer per ending.", body = EndingsAnswer),
+        (status = 401, description = "No valid worker token.", body = ErrorBody),
+        (status = 422, description = "More than 1,000 endings, or one whose result or message is refused.", body = ErrorBody),
+    )
+)]
+pub async fn endings(
+    State(state): State<AppState>,
+    Extension(token): Extension<Worker>,
+    body: Result<Json<EndingsRequest>, JsonRejection>,
+) -> Result<Json<EndingsAnswer>, ApiError> {
+    let Json(request) = body?;
+    if request.results.len() + request.failures.len() > MAX_ENDINGS {
+        return Err(ApiError::Invalid(format!(
+            "At most {MAX_ENDINGS} endings per request."
+        )));
+    }
+    let messages = request
+        .failures
+        .iter()
+        .map(|failure| checked_message(&failure.message))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut sent = Vec::new();
+    for done in &request.results {
+        let result = checked_result(done.result.as_deref())?;
+        sent.push(Ending {
+            assignment: done.id,
+            outcome: Outcome::Done(result),
+        });
+    }
+    for (failure, message) in request.failures.iter().zip(&messages) {
+        sent.push(Ending {
+            assignment: failure.id,
+            outcome: Outcome::Failed {
+                message,
+                retry: failure.retry.unwrap_or(true),
+            },
+        });
+    }
+    let finished = endings::finish(&state.pool, &token.types, &sent).await?;
+    let endings = sent
+        .iter()
+        .zip(finished)
+        .map(|(ending, finished)| {
+            let (recorded, error) = match answer(finished, ending.outcome) {
+                Ok(recorded) => (Some(recorded), None),
+                Err(refused) => (None, Some(refused.detail())),
+            };
+            EndingAnswer {
+                id: ending.assignment,
+                recorded,
+                error,
+            }
+        })
+        .collect();
+    Ok(Json(EndingsAnswer { endings }))
 }
 
 async fn finish(
@@ -337,17 +465,27 @@ async fn finish(
     id: Uuid,
     outcome: Outcome<'_>,
 ) -> Result<Json<Recorded>, ApiError> {
-    match assignments::finish(&state.pool, id, &token.types, outcome).await? {
-        Finished::Recorded { state, retry_at } => Ok(Json(Recorded {
+    let ending = Ending {
+        assignment: id,
+        outcome,
+    };
+    let finished = endings::finish(&state.pool, &token.types, &[ending]).await?;
+    answer(finished[0], outcome).map(Json)
+}
+
+/// What an ending did, as the worker is told it; a refusal as an error.
+fn answer(finished: Finished, outcome: Outcome<'_>) -> Result<Recorded, ApiError> {
+    match finished {
+        Finished::Recorded { state, retry_at } => Ok(Recorded {
             state: state_word(state),
             retry_at,
             already_recorded: false,
-        })),
-        Finished::AlreadyRecorded { state } => Ok(Json(Recorded {
+        }),
+        Finished::AlreadyRecorded { state } => Ok(Recorded {
             state: state_word(state),
             retry_at: None,
             already_recorded: true,
-        })),
+        }),
         Finished::JobStopped(status) => Err(ApiError::Conflict(format!(
             "The job has {}: nothing was recorded.",
             match status {

@@ -1,15 +1,12 @@
-//! Assignments (issue 14): the items of jobs of registered types that external workers claim,
-//! renew, and finish with a result or a failure.
+//! Assignments (issue 14): the items of jobs of registered types that external workers claim
+//! and renew (their endings are `store::endings`), and lease rescue of those whose worker
+//! stopped.
 //!
 //! A claim gives each item it takes a new assignment id and a lease (the type's
 //! `lease_seconds`), counting an attempt. Only the item's current assignment, inside its lease,
-//! may renew it or finish it; anything else (expired, reassigned, never issued) is refused and
-//! changes nothing. An item's end and its job's counters change in one transaction, so each item
-//! counts exactly once, as a chunk's rows do. An item is free to claim when it is pending, due
-//! and unleased (`lease_expires_at is null`); a failure with a retry keeps the assignment id on
-//! the item, so the same failure sent twice is recognised, while lease rescue clears it.
-//!
-//! Every statement names the token's types: a worker touches only items of its types.
+//! may renew it. An item is free to claim when it is pending, due and unleased
+//! (`lease_expires_at is null`). Every statement names the token's types: a worker touches only
+//! items of its types.
 
 use std::time::Duration;
 
@@ -18,10 +15,9 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::{
-    items::{self, NewItem},
     leases::first_in_line,
     notify,
-    states::{self, ChunkState, JobKind, JobStatus, LIVE, item_job},
+    states::{self, ChunkState, JobStatus, LIVE, item_job},
 };
 
 /// An item claimed: what its worker needs to do it and report on it.
@@ -73,7 +69,8 @@ pub async fn claim(
         "select j.id, j.job_type, t.lease_seconds, t.ordered, j.status = $2 as waiting
          from jobs j join job_types t on t.name = j.job_type
          where j.job_type = any($1) and j.status in ('waiting', 'running')
-           and exists (select 1 from job_items i where i.job_id = j.id and i.state = $4)
+           and exists (select 1 from job_items i where i.job_id = j.id and i.state = $4
+                       and i.lease_expires_at is null and i.run_after <= now())
            and ",
         first_in_line!("$2", "$3"),
         "
@@ -87,6 +84,7 @@ pub async fn claim(
     .fetch_all(&mut *tx)
     .await?;
     let mut claimed = Vec::new();
+    let mut starting = Vec::new();
     for job in jobs {
         let wanted = max - claimed.len() as i64;
         if wanted == 0 {
@@ -106,6 +104,8 @@ pub async fn claim(
                    attempts = i.attempts + 1,
                    lease_expires_at = now() + make_interval(secs => $6)
                from due where i.job_id = $1 and i.item_no = due.item_no
+                 -- Still live (it may have been cancelled since it was picked).
+                 and exists (select 1 from jobs j where j.id = $1 and j.status = any($7))
                returning i.assignment as "assignment!", i.item_no, i.payload::text as "payload!",
                    i.dedupe_key, i.attempts, i.lease_expires_at as "lease_expires_at!""#,
             job.id,
@@ -114,6 +114,7 @@ pub async fn claim(
             wanted,
             worker,
             f64::from(job.lease_seconds),
+            &LIVE[..] as &[JobStatus],
         )
         .fetch_all(&mut *tx)
         .await?;
@@ -121,10 +122,8 @@ pub async fn claim(
             continue;
         }
         taken.sort_by_key(|item| item.item_no);
-        if job.waiting
-            && let Some(version) = states::job::start(&mut tx, job.id).await?
-        {
-            notify::job_changed(&mut tx, job.id, version).await?;
+        if job.waiting {
+            starting.push(job.id);
         }
         claimed.extend(taken.into_iter().map(|item| Assignment {
             assignment: item.assignment,
@@ -136,6 +135,13 @@ pub async fn claim(
             attempt: item.attempts,
             lease_expires_at: item.lease_expires_at,
         }));
+    }
+    // In id order, as every change of many jobs takes them.
+    starting.sort();
+    for job_id in starting {
+        if let Some(version) = states::job::start(&mut tx, job_id).await? {
+            notify::job_changed(&mut tx, job_id, version).await?;
+        }
     }
     tx.commit().await?;
     Ok(claimed)
@@ -207,156 +213,6 @@ pub async fn heartbeat(
     Ok(renewed.map_or(Heartbeat::NotCurrent, Heartbeat::Renewed))
 }
 
-/// How a worker ended an assignment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome<'a> {
-    /// Done, with this result (JSON text).
-    Done(&'a str),
-    /// Failed: tried again after the backoff if `retry` and attempts are left, else failed.
-    Failed { message: &'a str, retry: bool },
-}
-
-/// What ending an assignment did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finished {
-    /// Recorded: the item is now in `state`.
-    Recorded {
-        state: ChunkState,
-        /// When a failed item that will be tried again becomes due.
-        retry_at: Option<DateTime<Utc>>,
-    },
-    /// This assignment already ended the same way (a request sent again): nothing changed.
-    AlreadyRecorded { state: ChunkState },
-    /// The job stopped (cancelled or failed): nothing recorded.
-    JobStopped(JobStatus),
-    /// Not current: the lease expired, or the item was handed to another worker.
-    NotCurrent,
-    /// The result is larger than the follow-up type takes as a payload: nothing recorded.
-    TooLargeForFollowUp { limit: i32 },
-}
-
-/// Ends an assignment with a result or a failure, in one transaction with its job's counters
-/// and (once the job has ended) the job's end.
-pub async fn finish(
-    pool: &PgPool,
-    assignment: Uuid,
-    types: &[String],
-    outcome: Outcome<'_>,
-) -> sqlx::Result<Finished> {
-    let mut tx = pool.begin().await?;
-    let item = sqlx::query!(
-        r#"select i.job_id, i.item_no, i.state as "state: ChunkState", i.attempts,
-               coalesce(i.lease_expires_at > now(), false) as "held!",
-               i.lease_expires_at is null as "ended!",
-               j.max_failures_per_item, j.job_type as "job_type!", t.backoff_seconds, t.ordered,
-               f.max_payload_bytes as "follow_up_limit?"
-           from job_items i join jobs j on j.id = i.job_id join job_types t on t.name = j.job_type
-           left join job_types f on f.name = t.follow_up
-           where i.assignment = $1 and j.job_type = any($2)
-           for no key update of i"#,
-        assignment,
-        types,
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(item) = item else {
-        return Ok(Finished::NotCurrent);
-    };
-    if item.ended {
-        // The assignment ended already: the same ending sent again changes nothing.
-        let same = match outcome {
-            Outcome::Done(_) => item.state == ChunkState::Done,
-            Outcome::Failed { .. } => item.state != ChunkState::Done,
-        };
-        return Ok(if same {
-            Finished::AlreadyRecorded { state: item.state }
-        } else {
-            Finished::NotCurrent
-        });
-    }
-    if item.state != ChunkState::Pending || !item.held {
-        return Ok(Finished::NotCurrent);
-    }
-    if let (Outcome::Done(result), Some(limit)) = (outcome, item.follow_up_limit)
-        && result.len() > limit as usize
-    {
-        return Ok(Finished::TooLargeForFollowUp { limit });
-    }
-    // Items, then their jobs (as claims take them); the job's whole tree, as its end may
-    // seal its child or end its parent. A cancel waits, or is seen: no item ends uncounted.
-    item_job::lock_tree(&mut tx, item.job_id).await?;
-    let job = sqlx::query!(
-        r#"select status as "status: JobStatus",
-               (select c.id from jobs c where c.parent_id = j.id and c.kind = $2) as follow_up
-           from jobs j where id = $1"#,
-        item.job_id,
-        JobKind::Items as JobKind,
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    if job.status != JobStatus::Running {
-        return Ok(Finished::JobStopped(job.status));
-    }
-    let key = (item.job_id, item.item_no);
-    let mut changed = Vec::new();
-    let (state, retry_at) = match outcome {
-        Outcome::Done(result) => {
-            states::item::done(&mut tx, key, result).await?;
-            if let Some(child) = job.follow_up {
-                changed.extend(add_follow_up(&mut tx, child, item.item_no, result).await?);
-            }
-            (ChunkState::Done, None)
-        }
-        Outcome::Failed { message, retry } => {
-            let again = retry && item.attempts < item.max_failures_per_item;
-            // The backoff doubles at each attempt: 1×, 2×, 4×… the type's.
-            let backoff = again.then(|| {
-                f64::from(item.backoff_seconds) * 2f64.powi((item.attempts - 1).clamp(0, 20))
-            });
-            let retry_at = states::item::fail_attempt(&mut tx, key, message, backoff).await?;
-            let state = if again {
-                ChunkState::Pending
-            } else {
-                ChunkState::Failed
-            };
-            (state, retry_at)
-        }
-    };
-    // Claims waiting for the type look again: at an item to try again (now, or at a time they
-    // must learn), or at the next item of an ordered job.
-    if retry_at.is_some() || item.ordered {
-        notify::items_ready(&mut tx, &item.job_type).await?;
-    }
-    if state != ChunkState::Pending {
-        let done = i32::from(state == ChunkState::Done);
-        changed.extend(item_job::add_items(&mut tx, item.job_id, done, 1 - done).await?);
-    }
-    for (job_id, version) in changed {
-        notify::job_changed(&mut tx, job_id, version).await?;
-    }
-    tx.commit().await?;
-    Ok(Finished::Recorded { state, retry_at })
-}
-
-/// Adds the follow-up item of a parent's item `item_no` (its result as the payload) to the
-/// child job; nothing when the child was cancelled on its own. The job changed, if it did.
-async fn add_follow_up(
-    conn: &mut PgConnection,
-    child: Uuid,
-    item_no: i64,
-    result: &str,
-) -> sqlx::Result<Option<(Uuid, i64)>> {
-    let item = NewItem {
-        payload: result.to_owned(),
-        // One follow-up per parent item, whatever happens.
-        dedupe_key: Some(format!("parent-item-{item_no}")),
-    };
-    Ok(match items::add(conn, child, None, &[item]).await? {
-        Ok(added) => added.version.map(|version| (child, version)),
-        Err(_) => None,
-    })
-}
-
 /// Frees the items whose lease expired (their worker stopped: killed, stalled, gone), in the
 /// caller's transaction, recording a failure with `reason`; one out of attempts fails, and
 /// counts in its job. Returns the types with items free again, and the jobs that changed, with
@@ -366,9 +222,9 @@ pub async fn free_expired(
     reason: &str,
 ) -> sqlx::Result<(Vec<String>, Vec<(Uuid, i64)>)> {
     let freed = states::item::expire_leases(conn, reason).await?;
+    // Free again, or (failed for good) making an ordered job's next item claimable.
     let mut types: Vec<String> = freed
         .iter()
-        .filter(|(_, _, failed)| !failed)
         .map(|(_, job_type, _)| job_type.clone())
         .collect();
     types.sort();
@@ -380,9 +236,12 @@ pub async fn free_expired(
         .collect();
     failed.sort();
     let mut changed = Vec::new();
+    if !failed.is_empty() {
+        // Every tree at once, in id order (as any change in a tree takes them).
+        item_job::lock_tree(conn, &failed).await?;
+    }
     for same_job in failed.chunk_by(|a, b| a == b) {
         let job_id = same_job[0];
-        item_job::lock_tree(conn, job_id).await?;
         changed.extend(item_job::add_items(conn, job_id, 0, same_job.len() as i32).await?);
     }
     Ok((types, changed))

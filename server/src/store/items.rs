@@ -36,11 +36,14 @@ pub enum NotAdded {
     NoSuchJob,
     /// It is sealed, or it has ended.
     Closed,
+    /// It is a chain's follow-up job: its parent's results fill it.
+    FollowUp,
 }
 
 /// Adds a batch of items to a live, unsealed job of a registered type, in the caller's
 /// transaction, numbered after the job's last; an item whose dedupe key the job has is left
-/// out. `owner`: the job must be theirs (`None`: anyone's).
+/// out. `owner`: a person adds them, to a job of theirs that is not a chain's follow-up job
+/// (`None`: the chain adds a follow-up item, to anyone's).
 pub async fn add(
     conn: &mut PgConnection,
     job_id: Uuid,
@@ -49,9 +52,12 @@ pub async fn add(
 ) -> sqlx::Result<Result<Added, NotAdded>> {
     // The job's row, locked: batches added at once are numbered one after the other.
     let job = sqlx::query!(
-        r#"select sealed, status = any($3) as "live!", job_type as "job_type!" from jobs
+        r#"select sealed, status = any($3) as "live!", job_type as "job_type!",
+               exists (select 1 from jobs p where p.id = j.parent_id and p.kind = $2)
+                   as "follow_up!"
+           from jobs j
            where id = $1 and kind = $2 and ($4::uuid is null or owner = $4)
-           for no key update"#,
+           for no key update of j"#,
         job_id,
         JobKind::Items as JobKind,
         &LIVE[..] as &[JobStatus],
@@ -61,6 +67,7 @@ pub async fn add(
     .await?;
     let job_type = match job {
         None => return Ok(Err(NotAdded::NoSuchJob)),
+        Some(job) if job.follow_up && owner.is_some() => return Ok(Err(NotAdded::FollowUp)),
         Some(job) if job.sealed || !job.live => return Ok(Err(NotAdded::Closed)),
         Some(job) => job.job_type,
     };

@@ -438,34 +438,74 @@ pub async fn active_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Result<i
 pub enum NotDeleted {
     /// No job with that id that the caller may change.
     NoSuchJob,
-    /// It is waiting or running, or part of a live job (a batch's, or a chain's).
+    /// It, a job above it or a job below it is waiting or running.
     Live,
+    /// It is a chain's follow-up job: it goes with its root.
+    FollowUp,
 }
 
 /// Deletes a finished job that `acts` covers, with everything it holds (its items, chunks,
 /// row errors, history) and the jobs below it (a batch's children, a chain's follow-up jobs,
 /// all ended with it); and its result file. The file it read goes with retention, once no
-/// job uses it.
+/// job uses it. The items of the jobs are locked first, then the jobs in id order, as every
+/// change of them takes them.
 pub async fn delete_finished(
     conn: &mut PgConnection,
     id: Uuid,
     acts: Sees,
 ) -> sqlx::Result<Result<(), NotDeleted>> {
-    let job = sqlx::query!(
-        r#"select status = any($3) or exists (select 1 from jobs p where p.id = j.parent_id
-                                              and p.status = any($3)) as "live!"
-           from jobs j where id = $1 and ($2::uuid is null or owner = $2)
-           for update"#,
+    let below: Vec<Uuid> = sqlx::query_scalar!(
+        r#"with recursive below as (
+               select id from jobs where id = $1 and ($2::uuid is null or owner = $2)
+               union
+               select c.id from jobs c join below b on c.parent_id = b.id
+           )
+           select id as "id!" from below"#,
         id,
         acts.owner_filter(),
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    if below.is_empty() {
+        return Ok(Err(NotDeleted::NoSuchJob));
+    }
+    sqlx::query!(
+        "select 1 as locked from job_items where job_id = any($1)
+         order by job_id, item_no for no key update",
+        &below,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let jobs = sqlx::query!(
+        r#"select id, status = any($2) as "live!", parent_id from jobs where id = any($1)
+           order by id for update"#,
+        &below,
         &LIVE[..] as &[JobStatus],
     )
-    .fetch_optional(&mut *conn)
+    .fetch_all(&mut *conn)
     .await?;
-    match job {
-        None => return Ok(Err(NotDeleted::NoSuchJob)),
-        Some(job) if job.live => return Ok(Err(NotDeleted::Live)),
-        Some(_) => {}
+    let parent = jobs
+        .iter()
+        .find(|job| job.id == id)
+        .and_then(|job| job.parent_id);
+    if let Some(parent) = parent {
+        let above = sqlx::query!(
+            r#"select kind as "kind: JobKind", status = any($2) as "live!" from jobs
+               where id = $1"#,
+            parent,
+            &LIVE[..] as &[JobStatus],
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        if above.kind == JobKind::Items {
+            return Ok(Err(NotDeleted::FollowUp));
+        }
+        if above.live {
+            return Ok(Err(NotDeleted::Live));
+        }
+    }
+    if jobs.iter().any(|job| job.live) {
+        return Ok(Err(NotDeleted::Live));
     }
     sqlx::query!(
         "with gone as (delete from jobs where id = $1 returning result_upload_id)

@@ -9,6 +9,7 @@ pub mod audit;
 pub mod callbacks;
 pub mod chunks;
 pub mod datasets;
+pub mod endings;
 pub mod errors;
 pub mod exports;
 pub mod history;

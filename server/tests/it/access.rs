@@ -248,6 +248,11 @@ impl World {
                     json!({ "message": "x" }),
                 )
             }
+            "/api/assignments/endings" => {
+                let id = self.assignment(token).await;
+                let body = json!({ "results": [{ "id": id, "result": 1 }] });
+                (self.url(path), body)
+            }
             _ => {
                 let filled = path
                     .replace("{id}", &self.import.id.to_string())
@@ -472,7 +477,8 @@ impl World {
             }
             ("POST", "/api/assignments/{id}/heartbeat")
             | ("POST", "/api/assignments/{id}/result")
-            | ("POST", "/api/assignments/{id}/failure") => {
+            | ("POST", "/api/assignments/{id}/failure")
+            | ("POST", "/api/assignments/endings") => {
                 let url = self.url(&path.replace("{id}", &Uuid::new_v4().to_string()));
                 (
                     response(c.post(url).json(&json!({ "message": "x" }))).await,

@@ -752,6 +752,19 @@ async fn a_three_level_chain_completes_with_one_callback() {
     for (id, _) in &chain {
         assert_eq!(s.job_view(*id).await.status, JobStatus::Running);
     }
+    // A follow-up job is the chain's: its owner cannot cancel, seal or fill it alone.
+    let child = chain[1].0;
+    for action in ["cancel", "seal"] {
+        let answer = s
+            .post(&s.member, &format!("/api/jobs/{child}/{action}"), json!({}))
+            .await;
+        assert_eq!(answer.status(), StatusCode::CONFLICT, "{action}");
+    }
+    let body = json!({ "items": [{ "payload": 1 }] });
+    let answer = s
+        .post(&s.member, &format!("/api/jobs/{child}/items"), body)
+        .await;
+    assert_eq!(answer.status(), StatusCode::CONFLICT);
     let sealed = s
         .post(&s.member, &format!("/api/jobs/{}/seal", root.id), json!({}))
         .await;
@@ -782,6 +795,25 @@ async fn a_three_level_chain_completes_with_one_callback() {
             .await
             .unwrap();
     assert_eq!(with_callbacks, 1);
+    // Deleted from its root only, the whole chain with it.
+    let delete = |id: Uuid| {
+        s.member
+            .delete(s.server.url(&format!("/api/jobs/{id}")))
+            .send()
+    };
+    assert_eq!(delete(child).await.unwrap().status(), StatusCode::CONFLICT);
+    assert_eq!(
+        delete(root.id).await.unwrap().status(),
+        StatusCode::NO_CONTENT
+    );
+    for (id, _) in &chain {
+        let gone = s
+            .member
+            .get(s.server.url(&format!("/api/jobs/{id}")))
+            .send()
+            .await;
+        assert_eq!(gone.unwrap().status(), StatusCode::NOT_FOUND);
+    }
     s.server.stop().await;
 }
 
@@ -875,5 +907,71 @@ async fn a_failed_chain_retried_from_its_root_runs_what_failed_and_completes() {
         .unwrap();
     assert_eq!((left, items_left), (0, 0));
     assert_eq!(delete(root).await, StatusCode::NOT_FOUND);
+    s.server.stop().await;
+}
+
+#[tokio::test]
+async fn endings_in_a_batch_are_each_answered_and_counted_once() {
+    let s = Setup::new().await;
+    s.register(json!({ "name": "render", "backoffSeconds": 0 }))
+        .await;
+    let token = s.token(&["render"]).await;
+    let job = s
+        .job("render", &[json!(1), json!(2), json!(3), json!(4)], true)
+        .await;
+    let (_, claimed) = s
+        .as_worker(&token, "/api/workers/w/claims", json!({ "max": 4 }))
+        .await;
+    let ids: Vec<String> = claimed["assignments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_str().unwrap().to_owned())
+        .collect();
+    let body = json!({
+        "results": [
+            { "id": ids[0], "result": "one" },
+            { "id": ids[1], "result": "two" },
+            // Never issued: refused alone.
+            { "id": Uuid::new_v4(), "result": "stray" },
+        ],
+        "failures": [
+            { "id": ids[2], "message": "later", "retry": true },
+            { "id": ids[3], "message": "never", "retry": false },
+        ],
+    });
+    let (status, answer) = s
+        .as_worker(&token, "/api/assignments/endings", body.clone())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let states: Vec<Value> = answer["endings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            e.get("state")
+                .cloned()
+                .unwrap_or_else(|| e["error"]["code"].clone())
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            json!("done"),
+            json!("done"),
+            json!("conflict"),
+            json!("pending"),
+            json!("failed")
+        ]
+    );
+    // Sent again, nothing changes: each is recognised.
+    let (_, again) = s.as_worker(&token, "/api/assignments/endings", body).await;
+    assert_eq!(again["endings"][0]["alreadyRecorded"], true);
+    assert_eq!(again["endings"][3]["alreadyRecorded"], true);
+    let job = s.job_view(job).await;
+    assert_eq!(
+        (job.status, job.rows_ok, job.rows_failed, job.item_progress),
+        (JobStatus::Running, 2, 1, 3)
+    );
     s.server.stop().await;
 }

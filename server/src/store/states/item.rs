@@ -3,58 +3,79 @@
 //! good by its worker); back to `pending` when a failed attempt has attempts left, when its
 //! lease expires with attempts left, or when its job is retried. Each ends its lease.
 
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::{ChunkState, JobStatus};
 
-/// An item, by job and number.
-pub type ItemKey = (Uuid, i64);
-
-/// A claimed item is done with `result` (JSON text); its lease ends (its assignment stays, so
-/// the same result sent again is recognised).
-pub async fn done(conn: &mut PgConnection, item: ItemKey, result: &str) -> sqlx::Result<()> {
+/// Claimed items are done, each with its result (JSON text): `jobs[n]`'s item `numbers[n]`
+/// with `results[n]`. Their leases end (their assignments stay, so the same result sent again
+/// is recognised).
+pub async fn done(
+    conn: &mut PgConnection,
+    jobs: &[Uuid],
+    numbers: &[i64],
+    results: &[&str],
+) -> sqlx::Result<()> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
     sqlx::query!(
-        "update job_items set state = $3, result = $4::text::jsonb, done_at = now(),
+        "update job_items i set state = $4, result = u.result::jsonb, done_at = now(),
              lease_expires_at = null
-         where job_id = $1 and item_no = $2",
-        item.0,
-        item.1,
+         from unnest($1::uuid[], $2::int8[], $3::text[]) as u (job_id, item_no, result)
+         where i.job_id = u.job_id and i.item_no = u.item_no",
+        jobs,
+        numbers,
+        results as &[&str],
         ChunkState::Done as ChunkState,
-        result,
     )
     .execute(conn)
     .await?;
     Ok(())
 }
 
-/// Records a claimed item's failed attempt: it is tried again `retry_after` seconds from now,
-/// or, without one, it has `failed`. Its lease ends either way. Returns when it is due again.
+/// Records claimed items' failed attempts (`jobs[n]`'s item `numbers[n]`, with `messages[n]`):
+/// each is tried again `backoffs[n]` seconds from now, or, without one, it has `failed`. Their
+/// leases end. Returns when each item to be tried again is due.
 pub async fn fail_attempt(
     conn: &mut PgConnection,
-    item: ItemKey,
-    message: &str,
-    retry_after: Option<f64>,
-) -> sqlx::Result<Option<chrono::DateTime<chrono::Utc>>> {
-    sqlx::query_scalar!(
-        r#"update job_items set lease_expires_at = null,
-             failures = failures || jsonb_build_array(jsonb_build_object(
-                 'message', $3::text, 'at', now(), 'worker', worker, 'attempt', attempts)),
-             state = case when $4::float8 is null then $5 else state end,
-             done_at = case when $4::float8 is null then now() end,
-             run_after = case when $4::float8 is null then run_after
-                              else now() + make_interval(secs => $4) end
-         where job_id = $1 and item_no = $2
-         returning case when state = $6 then run_after end as "retry_at""#,
-        item.0,
-        item.1,
-        message,
-        retry_after,
+    jobs: &[Uuid],
+    numbers: &[i64],
+    messages: &[&str],
+    backoffs: &[Option<f64>],
+) -> sqlx::Result<HashMap<(Uuid, i64), Option<DateTime<Utc>>>> {
+    if jobs.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let failed = sqlx::query!(
+        r#"update job_items i set lease_expires_at = null,
+             failures = i.failures || jsonb_build_array(jsonb_build_object(
+                 'message', u.message, 'at', now(), 'worker', i.worker, 'attempt', i.attempts)),
+             state = case when u.backoff is null then $5 else i.state end,
+             done_at = case when u.backoff is null then now() end,
+             run_after = case when u.backoff is null then i.run_after
+                              else now() + make_interval(secs => u.backoff) end
+         from unnest($1::uuid[], $2::int8[], $3::text[], $4::float8[])
+             as u (job_id, item_no, message, backoff)
+         where i.job_id = u.job_id and i.item_no = u.item_no
+         returning i.job_id, i.item_no,
+             case when u.backoff is not null then i.run_after end as "retry_at""#,
+        jobs,
+        numbers,
+        messages as &[&str],
+        backoffs as &[Option<f64>],
         ChunkState::Failed as ChunkState,
-        ChunkState::Pending as ChunkState,
     )
-    .fetch_one(conn)
-    .await
+    .fetch_all(conn)
+    .await?;
+    Ok(failed
+        .into_iter()
+        .map(|item| ((item.job_id, item.item_no), item.retry_at))
+        .collect())
 }
 
 /// Frees the items whose lease expired (their worker stopped: killed, stalled, gone),

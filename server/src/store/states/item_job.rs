@@ -19,14 +19,14 @@ use uuid::Uuid;
 use super::{JobKind, JobStatus, LIVE, item, job};
 use crate::{auth::Sees, store::notify};
 
-/// Locks the rows of the jobs of `id`'s tree (the jobs of registered types linked to it as
-/// parent or child, however far), in id order.
-pub async fn lock_tree(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<()> {
+/// Locks the rows of the jobs of the trees of `ids` (the jobs of registered types linked to
+/// them as parent or child, however far), all at once, in id order.
+pub async fn lock_tree(conn: &mut PgConnection, ids: &[Uuid]) -> sqlx::Result<()> {
     sqlx::query!(
         "select 1 as locked from jobs where id in (
              with recursive up as (
-                 select j.id, j.parent_id from jobs j where j.id = $1
-                 union all
+                 select j.id, j.parent_id from jobs j where j.id = any($1)
+                 union
                  select p.id, p.parent_id from jobs p join up on p.id = up.parent_id
                  where p.kind = $2
              ), tree as (
@@ -36,7 +36,7 @@ pub async fn lock_tree(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<()> {
              )
              select id from tree)
          order by id for no key update",
-        id,
+        ids,
         JobKind::Items as JobKind,
     )
     .fetch_all(conn)
@@ -77,9 +77,25 @@ pub async fn add_items(
 
 /// A live job of a registered type takes no more items (its owner sealed it), then its tree is
 /// settled: one sealed without items starts and completes. Every job changed, with its new
-/// version; none when `acts` does not cover it or it was sealed already.
+/// version; none when `acts` does not cover it, it was sealed already, or it is a chain's
+/// follow-up job (sealed by the chain).
 pub async fn seal(conn: &mut PgConnection, id: Uuid, acts: Sees) -> sqlx::Result<Vec<(Uuid, i64)>> {
-    lock_tree(conn, id).await?;
+    // Its owner's, and not a chain's follow-up job (sealed by the chain): checked before the
+    // tree is locked, so nobody holds another's tree.
+    let may = sqlx::query_scalar!(
+        r#"select true as "may!" from jobs j
+           where id = $1 and kind = $3 and ($2::uuid is null or owner = $2)
+             and not exists (select 1 from jobs p where p.id = j.parent_id and p.kind = $3)"#,
+        id,
+        acts.owner_filter(),
+        JobKind::Items as JobKind,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if may.is_none() {
+        return Ok(Vec::new());
+    }
+    lock_tree(conn, &[id]).await?;
     let sealed = sqlx::query_scalar!(
         "update jobs set sealed = true, item_count = chunks_total, version = version + 1
          where id = $1 and kind = $3 and status = any($4) and not sealed
@@ -183,29 +199,41 @@ async fn parent_of(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<Uui
 /// back to `waiting`, unsealed, to take the new results of its parent). Their failed items,
 /// and items a worker held, are free again with fresh attempts (their failures stay listed);
 /// done items stay done. Every job retried, with its new version. A chain is retried from its
-/// root: retrying a job inside one leaves the jobs above it as they ended.
+/// root (its follow-up jobs are not retried alone), and not once retention removed its items.
 pub async fn retry(
     conn: &mut PgConnection,
     ids: &[Uuid],
     acts: Sees,
 ) -> sqlx::Result<Vec<(Uuid, i64)>> {
-    // The jobs to retry: `ids` that may be, and every job below them.
-    let jobs: Vec<Uuid> = sqlx::query_scalar!(
+    // The roots to retry (a chain's follow-up job goes with its root, never alone), and every
+    // job below them, all ended with them; none of a tree whose items retention removed.
+    let tree = sqlx::query!(
         r#"with recursive below as (
-               select id from jobs
-               where id = any($1) and kind = $2 and status = any($3) and items_pruned_at is null
+               select id, id as root, items_pruned_at is not null as pruned from jobs
+               where id = any($1) and kind = $2 and status = any($3)
                  and ($4::uuid is null or owner = $4)
+                 and not exists (select 1 from jobs p where p.id = jobs.parent_id and p.kind = $2)
                union
-               select c.id from jobs c join below b on c.parent_id = b.id where c.kind = $2
+               select c.id, b.root, c.items_pruned_at is not null from jobs c
+               join below b on c.parent_id = b.id
+               where c.kind = $2 and c.status <> all($5)
            )
-           select id as "id!" from below"#,
+           select id as "id!", id = root as "root!" from below
+           where root not in (select root from below where pruned)"#,
         ids,
         JobKind::Items as JobKind,
         &[JobStatus::Failed, JobStatus::Cancelled] as &[JobStatus],
         acts.owner_filter(),
+        &LIVE[..] as &[JobStatus],
     )
     .fetch_all(&mut *conn)
     .await?;
+    let jobs: Vec<Uuid> = tree.iter().map(|job| job.id).collect();
+    let roots: Vec<Uuid> = tree
+        .iter()
+        .filter(|job| job.root)
+        .map(|job| job.id)
+        .collect();
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
@@ -225,7 +253,7 @@ pub async fn retry(
          returning id, version",
         &jobs,
         JobStatus::Waiting as JobStatus,
-        ids,
+        &roots,
         &LIVE[..] as &[JobStatus],
     )
     .fetch_all(&mut *conn)

@@ -305,7 +305,7 @@ pub async fn complete_delete(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<
 
 /// `waiting`/`running` → `cancelled`, for each of `ids` that `acts` covers, with their live
 /// descendants (a batch's children, a chain's follow-up jobs; a `delete` job goes on: its
-/// dataset is gone already).
+/// dataset is gone already). A chain's follow-up job is cancelled with its root, never alone.
 /// Every job cancelled, with its new version; none when they had all ended.
 pub async fn cancel(
     conn: &mut PgConnection,
@@ -317,6 +317,7 @@ pub async fn cancel(
         "with recursive below as (
              select c.id from jobs c join jobs p on p.id = c.parent_id
              where p.id = any($1) and p.status = any($4) and ($2::uuid is null or p.owner = $2)
+               and not exists (select 1 from jobs g where g.id = p.parent_id and g.kind = $6)
              union
              -- A follow-up chain's jobs, however deep (`item_job`).
              select c.id from jobs c join below b on c.parent_id = b.id
@@ -324,6 +325,8 @@ pub async fn cancel(
          update jobs set status = $3, finished_at = now(), version = version + 1
          where status = any($4) and kind <> $5
            and (id = any($1) and ($2::uuid is null or owner = $2)
+                -- A chain's follow-up job goes with its root, never alone.
+                and not exists (select 1 from jobs p where p.id = jobs.parent_id and p.kind = $6)
                 or id in (select id from below))
          returning id, version",
         ids,
@@ -331,6 +334,7 @@ pub async fn cancel(
         Cancelled as JobStatus,
         &LIVE[..] as &[JobStatus],
         JobKind::Delete as JobKind,
+        JobKind::Items as JobKind,
     )
     .fetch_all(conn)
     .await?;
