@@ -215,7 +215,7 @@ def run(args):
             ending = work(held, a)
             if ending:
                 endings.add(a, *ending)
-                if len(endings.items) >= args.report_every:
+                if endings.full(args.report_every):
                     endings.send()
         endings.send()
     drained.set()
@@ -234,7 +234,9 @@ def work(held, a):
     say("claimed", assignment=assignment_id, job=a["jobId"], item=a["itemNo"],
         attempt=a["attempt"], payload=a["payload"])
     try:
-        return ("result", handle(a["jobType"], a["payload"], a["attempt"], cancelled))
+        result = handle(a["jobType"], a["payload"], a["attempt"], cancelled)
+        json.dumps(result, allow_nan=False)  # a result the server can take, or a failure
+        return ("result", result)
     except Cancelled:
         held.drop(assignment_id)
         say("dropped", assignment=assignment_id, item=a["itemNo"])
@@ -250,11 +252,18 @@ class Endings:
     Their items stay held (heartbeats go on) until the server has them."""
 
     def __init__(self, api, held):
-        self.api, self.held, self.items = api, held, []
+        self.api, self.held, self.items, self.size = api, held, [], 0
 
     def add(self, a, kind, *what):
         say("finishing", assignment=a["id"], item=a["itemNo"])
+        if kind == "failure":
+            what = (what[0][:10_000], what[1])
         self.items.append((a, kind, what))
+        self.size += len(json.dumps(what[0])) if kind == "result" else len(what[0])
+
+    def full(self, most):
+        # Kept well under the server's 16 MiB body.
+        return len(self.items) >= most or self.size >= 8 << 20
 
     def send(self):
         if not self.items:
@@ -279,14 +288,16 @@ class Endings:
                 event = "done" if kind == "result" else "failed"
                 say(event, assignment=a["id"], job=a["jobId"], item=a["itemNo"],
                     state=answer["state"])
-        for a, _, _ in self.items:
-            self.held.drop(a["id"])
-        self.items = []
-        # A result the server cannot keep (too large for the follow-up type) fails its item.
+        # A result the server cannot keep (too large, or for the follow-up type) fails its item.
         if too_large:
             failures = [{"id": a["id"], "message": message, "retry": False}
                         for a, message in too_large]
-            self.post({"results": [], "failures": failures})
+            for answer in self.post({"results": [], "failures": failures}):
+                say("failed", assignment=answer["id"], state=answer.get("state"),
+                    error=answer.get("error"))
+        for a, _, _ in self.items:
+            self.held.drop(a["id"])
+        self.items, self.size = [], 0
 
     def post(self, body):
         # Sent again while the server is away (an ending sent twice is recorded once).

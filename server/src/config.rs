@@ -166,7 +166,8 @@ pub struct LimitArgs {
     )]
     pub uploads_at_once: i64,
     /// Bytes of uploaded files one owner may keep (files go when no job needs them and
-    /// retention removes them).
+    /// retention removes them); and, counted apart, bytes of item payloads their jobs of
+    /// registered types may keep (until deleted, or retention removes them).
     #[arg(long = "max-stored-bytes", env = "CONVEYOR_MAX_STORED_BYTES", default_value_t = 20 << 30)]
     pub stored_bytes: i64,
     /// Jobs one owner may have waiting or running.

@@ -198,6 +198,7 @@ impl From<CreateError> for ApiError {
             }
             CreateError::Invalid(message) => Self::Invalid(message),
             CreateError::TooManyActive { limit } => super::quotas::too_many_jobs(limit),
+            CreateError::TooManyItemBytes { limit } => super::quotas::too_many_item_bytes(limit),
             CreateError::Database(err) => err.into(),
             CreateError::Queue(err) => Self::Internal(err.into()),
             CreateError::Preview(err) => err.into(),

@@ -17,12 +17,13 @@ use super::{
     error::{ApiError, ErrorBody},
     identity::Caller,
     jobs::{NewItemBody, job_id, new_items, no_such_job},
+    quotas,
 };
 use crate::{
     auth::Sees,
     jobs::create,
     store::{
-        items::{self, NotAdded},
+        items::{self, AddedBy, NotAdded},
         job_types, jobs, notify,
     },
 };
@@ -64,6 +65,7 @@ pub struct ItemsAdded {
         (status = 404, description = "No such job of a registered type (or not the caller's).", body = ErrorBody),
         (status = 409, description = "The job is sealed, or has ended.", body = ErrorBody),
         (status = 422, description = "Too many items, or one too large.", body = ErrorBody),
+        (status = 429, description = "The owner's jobs keep as many bytes of items as they may.", body = ErrorBody),
     )
 )]
 pub async fn add(
@@ -86,9 +88,14 @@ pub async fn add(
     let new = new_items(&request.items);
     create::check_items(&job_type, &new)?;
     let mut tx = state.pool.begin().await?;
-    let added = match items::add(&mut tx, id, acts.owner_filter(), &new).await? {
+    let by = AddedBy::Person {
+        owner: acts.owner_filter(),
+        max_bytes: state.limits.stored_bytes,
+    };
+    let added = match items::add(&mut tx, id, by, &new).await? {
         Ok(added) => added,
         Err(NotAdded::NoSuchJob) => return Err(no_such_job(id)),
+        Err(NotAdded::OverQuota { limit }) => return Err(quotas::too_many_item_bytes(limit)),
         Err(NotAdded::FollowUp) => {
             return Err(ApiError::Conflict(
                 "This job is a follow-up in a chain: its parent job's results fill it.".into(),

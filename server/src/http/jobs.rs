@@ -373,7 +373,16 @@ pub async fn create(
         }
         What::Batch => create::batch(&state.pool, owner, &options).await?,
         What::Items { job_type, items } => {
-            create::items(&state.pool, owner, &job_type, &items, &options).await?
+            let max_item_bytes = state.limits.stored_bytes;
+            create::items(
+                &state.pool,
+                owner,
+                &job_type,
+                &items,
+                &options,
+                max_item_bytes,
+            )
+            .await?
         }
     };
     let location = format!("/api/jobs/{}", created.job.id);

@@ -1,6 +1,7 @@
 //! Per-owner limits (`config::LimitArgs`) as answers: jobs waiting or running (counted where
 //! jobs are created and retried, `jobs::create` and `jobs::control`), and live event streams
-//! (counted here; files are counted where they are stored, `store::uploads`). Over a limit,
+//! (counted here; files are counted where they are stored, `store::uploads`; items' payloads
+//! where they are added, `store::items`). Over a limit,
 //! the answer is `429` with `Retry-After` and which limit it was.
 
 use std::{
@@ -20,6 +21,18 @@ pub fn too_many_jobs(limit: i64) -> ApiError {
              have finished (or cancel some)."
         ),
         retry_after: 30,
+    }
+}
+
+/// The answer for an owner whose jobs keep `limit` bytes of items already.
+pub fn too_many_item_bytes(limit: i64) -> ApiError {
+    ApiError::Limited {
+        message: format!(
+            "Your jobs keep {} MiB of items, the most: delete finished jobs you no longer need \
+             (or wait for them to expire), then add more.",
+            limit >> 20
+        ),
+        retry_after: 3600,
     }
 }
 

@@ -394,7 +394,8 @@ pub struct EndingsAnswer {
 
 /// Ends many assignments at once, with results and failures, in one transaction: what a
 /// worker that claims in batches sends instead of one request per item. Each ending is
-/// answered as `…/result` or `…/failure` would answer it; one refused leaves the others.
+/// answered as `…/result` or `…/failure` would answer it (a result too large is refused alone,
+/// `invalid`); one refused leaves the others.
 #[utoipa::path(
     post,
     path = "/api/assignments/endings",
@@ -404,7 +405,7 @@ pub struct EndingsAnswer {
     responses(
         (status = 200, description = "An answer per ending.", body = EndingsAnswer),
         (status = 401, description = "No valid worker token.", body = ErrorBody),
-        (status = 422, description = "More than 1,000 endings, or one whose result or message is refused.", body = ErrorBody),
+        (status = 422, description = "More than 1,000 endings.", body = ErrorBody),
     )
 )]
 pub async fn endings(
@@ -418,39 +419,55 @@ pub async fn endings(
             "At most {MAX_ENDINGS} endings per request."
         )));
     }
-    let messages = request
+    let messages: Vec<Result<String, ApiError>> = request
         .failures
         .iter()
         .map(|failure| checked_message(&failure.message))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut sent = Vec::new();
+        .collect();
+    // Each ending checked on its own: one refused is answered alone, the others go on.
+    let mut sent: Vec<(Uuid, Result<Outcome<'_>, ApiError>)> = Vec::new();
     for done in &request.results {
-        let result = checked_result(done.result.as_deref())?;
-        sent.push(Ending {
-            assignment: done.id,
-            outcome: Outcome::Done(result),
-        });
+        let outcome = checked_result(done.result.as_deref()).map(Outcome::Done);
+        sent.push((done.id, outcome));
     }
     for (failure, message) in request.failures.iter().zip(&messages) {
-        sent.push(Ending {
-            assignment: failure.id,
-            outcome: Outcome::Failed {
+        let outcome = match message {
+            Ok(message) => Ok(Outcome::Failed {
                 message,
                 retry: failure.retry.unwrap_or(true),
-            },
-        });
+            }),
+            Err(refused) => Err(ApiError::Invalid(refused.to_string())),
+        };
+        sent.push((failure.id, outcome));
     }
-    let finished = endings::finish(&state.pool, &token.types, &sent).await?;
+    let checked: Vec<Ending<'_>> = sent
+        .iter()
+        .filter_map(|(id, outcome)| {
+            outcome.as_ref().ok().map(|outcome| Ending {
+                assignment: *id,
+                outcome: *outcome,
+            })
+        })
+        .collect();
+    let mut finished = endings::finish(&state.pool, &token.types, &checked)
+        .await?
+        .into_iter();
     let endings = sent
         .iter()
-        .zip(finished)
-        .map(|(ending, finished)| {
-            let (recorded, error) = match answer(finished, ending.outcome) {
+        .map(|(id, outcome)| {
+            let answered = match outcome {
+                Ok(outcome) => {
+                    let finished = finished.next().unwrap_or(Finished::NotCurrent);
+                    answer(finished, *outcome)
+                }
+                Err(refused) => Err(ApiError::Invalid(refused.to_string())),
+            };
+            let (recorded, error) = match answered {
                 Ok(recorded) => (Some(recorded), None),
                 Err(refused) => (None, Some(refused.detail())),
             };
             EndingAnswer {
-                id: ending.assignment,
+                id: *id,
                 recorded,
                 error,
             }

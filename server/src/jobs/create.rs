@@ -23,7 +23,7 @@ use crate::{
     },
     store::{
         datasets,
-        items::{self as store_items, NewItem},
+        items::{self as store_items, AddedBy, NewItem, NotAdded},
         job_types,
         jobs::{self, NewJob, NewKind, Options},
         notify,
@@ -48,6 +48,9 @@ pub enum CreateError {
     /// The owner has as many jobs waiting or running as they may.
     #[error("you already have {limit} jobs waiting or running")]
     TooManyActive { limit: i64 },
+    /// The owner's jobs keep as many bytes of items as they may.
+    #[error("your jobs keep {limit} bytes of items already")]
+    TooManyItemBytes { limit: i64 },
     #[error(transparent)]
     Database(#[from] sqlx::Error),
     #[error(transparent)]
@@ -360,14 +363,16 @@ pub async fn job_type_for(
 }
 
 /// Queues a job of a registered type for `owner`, with its first items, checked
-/// ([`job_type_for`]); more may be added until it is sealed. Its items are claimed by external
-/// workers, not queued: the job has no task of its own.
+/// ([`job_type_for`]), within `max_item_bytes` of items kept by the owner's jobs; more may be
+/// added until it is sealed. Its items are claimed by external workers, not queued: the job
+/// has no task of its own.
 pub async fn items(
     pool: &PgPool,
     owner: Uuid,
     job_type: &JobTypeView,
     items: &[NewItem],
     options: &Options,
+    max_item_bytes: i64,
 ) -> Result<Created, CreateError> {
     let options = Options {
         serialize_key: options
@@ -391,9 +396,17 @@ pub async fn items(
     let inserted = jobs::insert(&mut tx, owner, None, kind, &options).await?;
     if let Some(job) = inserted {
         if !items.is_empty() {
-            store_items::add(&mut tx, job.id, Some(owner), items)
-                .await?
-                .map_err(|_| sqlx::Error::RowNotFound)?;
+            let by = AddedBy::Person {
+                owner: Some(owner),
+                max_bytes: max_item_bytes,
+            };
+            match store_items::add(&mut tx, job.id, by, items).await? {
+                Ok(_) => {}
+                Err(NotAdded::OverQuota { limit }) => {
+                    return Err(CreateError::TooManyItemBytes { limit });
+                }
+                Err(_) => return Err(sqlx::Error::RowNotFound.into()),
+            }
         }
         follow_ups(pool, &mut tx, owner, job.id, job_type).await?;
     }

@@ -70,7 +70,10 @@ pub async fn claim(
          from jobs j join job_types t on t.name = j.job_type
          where j.job_type = any($1) and j.status in ('waiting', 'running')
            and exists (select 1 from job_items i where i.job_id = j.id and i.state = $4
-                       and i.lease_expires_at is null and i.run_after <= now())
+                       and i.lease_expires_at is null and i.run_after <= now()
+                       and (not t.ordered
+                            or i.item_no = (select min(p.item_no) from job_items p
+                                            where p.job_id = j.id and p.state = $4)))
            and ",
         first_in_line!("$2", "$3"),
         "

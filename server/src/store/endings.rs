@@ -15,7 +15,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{
-    items::{self, NewItem},
+    items::{self, AddedBy, NewItem},
     notify,
     states::{self, ChunkState, JobKind, JobStatus, item_job},
 };
@@ -168,7 +168,12 @@ pub async fn finish(
             answers[at] = Some(Finished::JobStopped(status));
             continue;
         }
-        // A second ending of the same assignment in one batch: the first one counts.
+        // A second ending of the same assignment in one batch: the first one counts, and this
+        // one is answered as if sent again later.
+        if item.ended {
+            answers[at] = before_job(Some(item), ending.outcome);
+            continue;
+        }
         item.ended = true;
         let count = counts.entry(item.job_id).or_default();
         match ending.outcome {
@@ -219,7 +224,7 @@ pub async fn finish(
     .await?;
     let mut changed = Vec::new();
     for (child, new) in &follow_ups {
-        if let Ok(added) = items::add(&mut tx, *child, None, new).await?
+        if let Ok(added) = items::add(&mut tx, *child, AddedBy::Chain, new).await?
             && let Some(version) = added.version
         {
             changed.push((*child, version));

@@ -29,6 +29,16 @@ pub struct Added {
     pub version: Option<i64>,
 }
 
+/// Who adds a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddedBy {
+    /// A person, to a job `owner` has (`None`: anyone's, for admins) that is not a chain's
+    /// follow-up job, within its owner's `max_bytes` of item payloads kept.
+    Person { owner: Option<Uuid>, max_bytes: i64 },
+    /// A chain: the follow-up items of its parent's results.
+    Chain,
+}
+
 /// Why a batch was not added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotAdded {
@@ -38,21 +48,26 @@ pub enum NotAdded {
     Closed,
     /// It is a chain's follow-up job: its parent's results fill it.
     FollowUp,
+    /// Its owner's jobs keep this many bytes of items already, the most.
+    OverQuota { limit: i64 },
 }
 
 /// Adds a batch of items to a live, unsealed job of a registered type, in the caller's
 /// transaction, numbered after the job's last; an item whose dedupe key the job has is left
-/// out. `owner`: a person adds them, to a job of theirs that is not a chain's follow-up job
-/// (`None`: the chain adds a follow-up item, to anyone's).
+/// out. Two batches of one owner added at once may pass their limit by a batch each.
 pub async fn add(
     conn: &mut PgConnection,
     job_id: Uuid,
-    owner: Option<Uuid>,
+    by: AddedBy,
     items: &[NewItem],
 ) -> sqlx::Result<Result<Added, NotAdded>> {
+    let owner = match by {
+        AddedBy::Person { owner, .. } => owner,
+        AddedBy::Chain => None,
+    };
     // The job's row, locked: batches added at once are numbered one after the other.
     let job = sqlx::query!(
-        r#"select sealed, status = any($3) as "live!", job_type as "job_type!",
+        r#"select sealed, status = any($3) as "live!", job_type as "job_type!", owner,
                exists (select 1 from jobs p where p.id = j.parent_id and p.kind = $2)
                    as "follow_up!"
            from jobs j
@@ -65,15 +80,32 @@ pub async fn add(
     )
     .fetch_optional(&mut *conn)
     .await?;
-    let job_type = match job {
-        None => return Ok(Err(NotAdded::NoSuchJob)),
-        Some(job) if job.follow_up && owner.is_some() => return Ok(Err(NotAdded::FollowUp)),
-        Some(job) if job.sealed || !job.live => return Ok(Err(NotAdded::Closed)),
-        Some(job) => job.job_type,
+    let Some(job) = job else {
+        return Ok(Err(NotAdded::NoSuchJob));
     };
+    if let AddedBy::Person { max_bytes, .. } = by {
+        if job.follow_up {
+            return Ok(Err(NotAdded::FollowUp));
+        }
+        let kept = sqlx::query_scalar!(
+            r#"select coalesce(sum(item_bytes), 0)::int8 as "bytes!" from jobs
+               where owner = $1 and item_bytes > 0 and items_pruned_at is null"#,
+            job.owner,
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        let sent: i64 = items.iter().map(|item| item.payload.len() as i64).sum();
+        if kept + sent > max_bytes {
+            return Ok(Err(NotAdded::OverQuota { limit: max_bytes }));
+        }
+    }
+    if job.sealed || !job.live {
+        return Ok(Err(NotAdded::Closed));
+    }
+    let job_type = job.job_type;
     let payloads: Vec<&str> = items.iter().map(|i| i.payload.as_str()).collect();
     let keys: Vec<Option<&str>> = items.iter().map(|i| i.dedupe_key.as_deref()).collect();
-    let added = sqlx::query_scalar!(
+    let inserted = sqlx::query!(
         r#"with last as (
              select coalesce(max(item_no), 0) as n from job_items where job_id = $1
          ), inserted as (
@@ -82,24 +114,26 @@ pub async fn add(
              from unnest($2::text[], $3::text[]) with ordinality as u (payload, key, ord), last
              order by u.ord
              on conflict (job_id, dedupe_key) where dedupe_key is not null do nothing
-             returning 1
+             returning octet_length(payload::text) as bytes
          )
-         select count(*) as "n!" from inserted"#,
+         select count(*) as "n!", coalesce(sum(bytes), 0)::int8 as "bytes!" from inserted"#,
         job_id,
         &payloads as &[&str],
         &keys as &[Option<&str>],
     )
     .fetch_one(&mut *conn)
     .await?;
+    let added = inserted.n;
     let version = if added > 0 {
         notify::items_ready(conn, &job_type).await?;
         sqlx::query_scalar!(
             "update jobs set chunks_total = chunks_total + $2, item_count = chunks_total + $2,
-                 version = version + 1
+                 item_bytes = item_bytes + $3, version = version + 1
              where id = $1
              returning version",
             job_id,
             added as i32,
+            inserted.bytes,
         )
         .fetch_one(&mut *conn)
         .await

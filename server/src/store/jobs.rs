@@ -469,43 +469,28 @@ pub async fn delete_finished(
     if below.is_empty() {
         return Ok(Err(NotDeleted::NoSuchJob));
     }
-    sqlx::query!(
-        "select 1 as locked from job_items where job_id = any($1)
-         order by job_id, item_no for no key update",
-        &below,
-    )
-    .fetch_all(&mut *conn)
-    .await?;
-    let jobs = sqlx::query!(
-        r#"select id, status = any($2) as "live!", parent_id from jobs where id = any($1)
-           order by id for update"#,
-        &below,
-        &LIVE[..] as &[JobStatus],
-    )
-    .fetch_all(&mut *conn)
-    .await?;
-    let parent = jobs
-        .iter()
-        .find(|job| job.id == id)
-        .and_then(|job| job.parent_id);
-    if let Some(parent) = parent {
-        let above = sqlx::query!(
-            r#"select kind as "kind: JobKind", status = any($2) as "live!" from jobs
-               where id = $1"#,
-            parent,
-            &LIVE[..] as &[JobStatus],
-        )
-        .fetch_one(&mut *conn)
-        .await?;
-        if above.kind == JobKind::Items {
-            return Ok(Err(NotDeleted::FollowUp));
-        }
-        if above.live {
-            return Ok(Err(NotDeleted::Live));
-        }
+    // Checked before anything is locked (a refused delete holds nothing up), and again once
+    // the rows are locked.
+    if let Err(refused) = deletable(conn, id, &below).await? {
+        return Ok(Err(refused));
     }
-    if jobs.iter().any(|job| job.live) {
-        return Ok(Err(NotDeleted::Live));
+    sqlx::query!(
+        r#"select count(*) as "locked!" from (
+               select 1 from job_items where job_id = any($1)
+               order by job_id, item_no for no key update) items"#,
+        &below,
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    sqlx::query!(
+        r#"select count(*) as "locked!" from (
+               select 1 from jobs where id = any($1) order by id for update) jobs"#,
+        &below,
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if let Err(refused) = deletable(conn, id, &below).await? {
+        return Ok(Err(refused));
     }
     sqlx::query!(
         "with gone as (delete from jobs where id = $1 returning result_upload_id)
@@ -515,6 +500,33 @@ pub async fn delete_finished(
     .execute(conn)
     .await?;
     Ok(Ok(()))
+}
+
+/// Whether job `id` (with the jobs `below` it) may be deleted: none of them live, and it is not
+/// a chain's follow-up job nor a live batch's child.
+async fn deletable(
+    conn: &mut PgConnection,
+    id: Uuid,
+    below: &[Uuid],
+) -> sqlx::Result<Result<(), NotDeleted>> {
+    let found = sqlx::query!(
+        r#"select exists (select 1 from jobs where id = any($1) and status = any($3)) as "live!",
+               p.kind as "parent_kind?: JobKind", p.status = any($3) as "parent_live?"
+           from jobs j left join jobs p on p.id = j.parent_id
+           where j.id = $2"#,
+        below,
+        id,
+        &LIVE[..] as &[JobStatus],
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(if found.parent_kind == Some(JobKind::Items) {
+        Err(NotDeleted::FollowUp)
+    } else if found.live || found.parent_live == Some(true) {
+        Err(NotDeleted::Live)
+    } else {
+        Ok(())
+    })
 }
 
 /// The job with this id, if `sees` covers it.

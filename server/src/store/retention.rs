@@ -1,5 +1,6 @@
 //! Retention: what finished jobs leave behind is deleted after a while, so no table grows
-//! without bound. A finished job's items (its chunks and their runs, row errors, export parts, and the files
+//! without bound. A job of a registered type whose type sets `retainDays` keeps its items and
+//! its summary that long instead (`kept_for`, migration 26). A finished job's items (its chunks and their runs, row errors, export parts, and the files
 //! it read or wrote, a dry run's keys, a job of a type's items) go after `items_age`; its summary row after `jobs_age`, and with the last
 //! job naming it, a dataset that is deleted or was never completed. Uploads no job
 //! uses and finished queue messages go after `items_age` too. Sessions go once expired (or
@@ -50,9 +51,10 @@ pub async fn prune(
          where id in (select id from jobs
                       where finished_at < now() - make_interval(secs => $1)
                         and items_pruned_at is null
+                        and finished_at < now() - kept_for(job_type, $1::float8)
                       order by finished_at limit $2
                       for update skip locked)
-           and finished_at < now() - make_interval(secs => $1)
+           and finished_at < now() - kept_for(job_type, $1::float8)
          returning id",
         items_age.as_secs_f64(),
         BATCH / 100,
@@ -74,7 +76,7 @@ pub async fn prune(
 
     let jobs = sqlx::query!(
         "delete from jobs where id in (
-             select id from jobs where finished_at < now() - make_interval(secs => $1)
+             select id from jobs where finished_at < now() - kept_for(job_type, $1::float8)
              order by finished_at limit $2)",
         jobs_age.as_secs_f64(),
         BATCH,

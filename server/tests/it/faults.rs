@@ -396,6 +396,37 @@ async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
         .unwrap();
     assert_eq!(gone.status(), StatusCode::NOT_FOUND);
     assert_eq!(server.job(recent.id).await.rows_ok, 2);
+
+    // A job of a type that keeps its jobs 30 days keeps its items past the deployment's 7.
+    sqlx::query("insert into job_types (name, lease_seconds, max_failures_per_item, backoff_seconds, ordered, retain_days, max_payload_bytes) values ('kept', 60, 5, 5, false, 30, 1000)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let typed = server
+        .post_json(
+            "/api/jobs",
+            serde_json::json!({ "jobType": "kept", "items": [{ "payload": 1 }] }),
+        )
+        .await
+        .json::<app::model::JobView>()
+        .await
+        .unwrap();
+    sqlx::query("update jobs set status = 'cancelled', finished_at = now() - interval '8 days' where id = $1")
+        .bind(typed.id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    const ITEMS: &str = "select count(*) from job_items where job_id = $1";
+    retention::round(&db.pool, kept).await.unwrap();
+    assert_eq!(count(ITEMS, typed.id).await.unwrap(), 1, "kept 30 days");
+    age(31, typed.id).await.unwrap();
+    let pruned = retention::round(&db.pool, kept).await.unwrap();
+    assert_eq!(
+        (pruned.job_items, pruned.jobs),
+        (1, 1),
+        "items and summary, after 30 days"
+    );
+    assert_eq!(count(ITEMS, typed.id).await.unwrap(), 0);
     server.stop().await;
 }
 

@@ -288,3 +288,73 @@ async fn item_jobs_refuse_unknown_types_large_payloads_and_ended_jobs() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn an_owners_items_count_against_their_stored_bytes_until_their_job_is_deleted() {
+    use server::config::{LimitArgs, ServeArgs};
+    let db = TestDb::new().await;
+    let args = ServeArgs {
+        no_workers: true,
+        limits: LimitArgs {
+            stored_bytes: 2_000,
+            ..LimitArgs::default()
+        },
+        ..ServeArgs::default()
+    };
+    let server = TestServer::start_with_args(&db, args).await;
+    account(&db, "admin@example.com", Role::Admin).await;
+    account(&db, "ada@example.com", Role::Member).await;
+    let admin = server.signed_in("admin@example.com").await;
+    let ada = server.signed_in("ada@example.com").await;
+    register(&server, &admin, json!({ "name": "blob" })).await;
+    let items = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({ "payload": { "text": format!("{i:0>80}") } }))
+            .collect()
+    };
+    let body = json!({ "jobType": "blob", "items": items(15) });
+    let created = post(&server, &ada, "/api/jobs", body).await;
+    assert_eq!(created.status(), StatusCode::ACCEPTED);
+    let job: JobView = created.json().await.unwrap();
+    // 15 items of ~93 bytes: 1,400 kept; 10 more would pass 2,000.
+    let more = json!({ "items": items(10) });
+    let refused = post(
+        &server,
+        &ada,
+        &format!("/api/jobs/{}/items", job.id),
+        more.clone(),
+    )
+    .await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body = json!({ "jobType": "blob", "items": items(10) });
+    let refused = post(&server, &ada, "/api/jobs", body).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Another owner is not held back by Ada's items.
+    let body = json!({ "jobType": "blob", "items": items(10) });
+    assert_eq!(
+        post(&server, &admin, "/api/jobs", body).await.status(),
+        StatusCode::ACCEPTED
+    );
+    // Her job, cancelled and deleted, frees its bytes.
+    let cancel = post(
+        &server,
+        &ada,
+        &format!("/api/jobs/{}/cancel", job.id),
+        json!({}),
+    )
+    .await;
+    assert_eq!(cancel.status(), StatusCode::OK);
+    let deleted = ada
+        .delete(server.url(&format!("/api/jobs/{}", job.id)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    let body = json!({ "jobType": "blob", "items": items(10) });
+    assert_eq!(
+        post(&server, &ada, "/api/jobs", body).await.status(),
+        StatusCode::ACCEPTED
+    );
+    server.stop().await;
+}

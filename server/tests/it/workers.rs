@@ -934,10 +934,16 @@ async fn endings_in_a_batch_are_each_answered_and_counted_once() {
             { "id": ids[1], "result": "two" },
             // Never issued: refused alone.
             { "id": Uuid::new_v4(), "result": "stray" },
+            // The same assignment twice: the first counts.
+            { "id": ids[0], "result": "one again" },
+            // A result that cannot be stored: refused alone.
+            { "id": Uuid::new_v4(), "result": "\u{0}" },
         ],
         "failures": [
             { "id": ids[2], "message": "later", "retry": true },
             { "id": ids[3], "message": "never", "retry": false },
+            // Done in this very batch: not a failure now.
+            { "id": ids[1], "message": "too late" },
         ],
     });
     let (status, answer) = s
@@ -960,18 +966,78 @@ async fn endings_in_a_batch_are_each_answered_and_counted_once() {
             json!("done"),
             json!("done"),
             json!("conflict"),
+            json!("done"),
+            json!("invalid"),
             json!("pending"),
-            json!("failed")
+            json!("failed"),
+            json!("conflict"),
         ]
     );
+    assert_eq!(answer["endings"][3]["alreadyRecorded"], true);
     // Sent again, nothing changes: each is recognised.
     let (_, again) = s.as_worker(&token, "/api/assignments/endings", body).await;
     assert_eq!(again["endings"][0]["alreadyRecorded"], true);
-    assert_eq!(again["endings"][3]["alreadyRecorded"], true);
+    assert_eq!(again["endings"][5]["alreadyRecorded"], true);
     let job = s.job_view(job).await;
     assert_eq!(
         (job.status, job.rows_ok, job.rows_failed, job.item_progress),
         (JobStatus::Running, 2, 1, 3)
+    );
+    s.server.stop().await;
+}
+
+#[tokio::test]
+async fn jobs_with_one_serialize_key_give_out_their_items_one_job_after_the_other() {
+    let s = Setup::new().await;
+    s.register(json!({ "name": "sync" })).await;
+    let token = s.token(&["sync"]).await;
+    let mut jobs = Vec::new();
+    for n in 0..2 {
+        let body = json!({ "jobType": "sync", "serializeKey": "account-7",
+                           "items": [{ "payload": n }, { "payload": n }] });
+        let job: JobView = s
+            .post(&s.member, "/api/jobs", body)
+            .await
+            .json()
+            .await
+            .unwrap();
+        let path = format!("/api/jobs/{}/seal", job.id);
+        assert_eq!(
+            s.post(&s.member, &path, json!({})).await.status(),
+            StatusCode::OK
+        );
+        jobs.push(job.id);
+    }
+    let claim = || s.as_worker(&token, "/api/workers/w/claims", json!({ "max": 10 }));
+    // Only the first job's items: the second waits behind it.
+    let (_, first) = claim().await;
+    let taken = first["assignments"].as_array().unwrap().clone();
+    assert!(
+        taken.iter().all(|a| a["jobId"] == json!(jobs[0])),
+        "{first}"
+    );
+    assert_eq!(taken.len(), 2);
+    let (_, none) = claim().await;
+    assert_eq!(none["assignments"], json!([]));
+    let results: Vec<Value> = taken
+        .iter()
+        .map(|a| json!({ "id": a["id"], "result": 1 }))
+        .collect();
+    let (status, _) = s
+        .as_worker(
+            &token,
+            "/api/assignments/endings",
+            json!({ "results": results }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(s.job_view(jobs[0]).await.status, JobStatus::Completed);
+    let (_, second) = claim().await;
+    let taken = second["assignments"].as_array().unwrap();
+    assert_eq!(taken.len(), 2);
+    assert!(
+        taken.iter().all(|a| a["jobId"] == json!(jobs[1])),
+        "{second}"
     );
     s.server.stop().await;
 }

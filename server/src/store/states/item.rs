@@ -137,6 +137,10 @@ pub async fn reopen(conn: &mut PgConnection, job_ids: &[Uuid]) -> sqlx::Result<V
                update job_items set state = $2, attempts = 0, run_after = now(),
                    lease_expires_at = null, assignment = null, done_at = null
                where job_id = any($1) and state <> $3
+                 -- Read again once the items are locked: a retry that came first, or
+                 -- retention, leaves them alone.
+                 and exists (select 1 from jobs j where j.id = job_items.job_id
+                             and j.status = any($4) and j.items_pruned_at is null)
                returning job_id
            )
            select distinct j.job_type as "job_type!" from jobs j
@@ -144,6 +148,7 @@ pub async fn reopen(conn: &mut PgConnection, job_ids: &[Uuid]) -> sqlx::Result<V
         job_ids,
         ChunkState::Pending as ChunkState,
         ChunkState::Done as ChunkState,
+        &[JobStatus::Failed, JobStatus::Cancelled] as &[JobStatus],
     )
     .fetch_all(conn)
     .await
