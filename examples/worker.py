@@ -92,6 +92,9 @@ def lost(refused):
 
 
 NAME = None
+MAX_RESULT_BYTES = 1 << 20  # the server's limit on a result
+MAX_BATCH_BYTES = 8 << 20  # endings sent together stay well under the server's 16 MiB body
+MAX_BATCH_ENDINGS = 1000  # the server's limit on endings per request
 
 
 def say(event, **fields):
@@ -235,8 +238,6 @@ def work(held, a):
         attempt=a["attempt"], payload=a["payload"])
     try:
         result = handle(a["jobType"], a["payload"], a["attempt"], cancelled)
-        json.dumps(result, allow_nan=False)  # a result the server can take, or a failure
-        return ("result", result)
     except Cancelled:
         held.drop(assignment_id)
         say("dropped", assignment=assignment_id, item=a["itemNo"])
@@ -245,6 +246,14 @@ def work(held, a):
         return ("failure", str(failed), failed.retry)
     except Exception as err:  # the work's own bug: report it, and let it be tried again
         return ("failure", f"{type(err).__name__}: {err}", True)
+    # A result the server cannot take fails its item for good (trying again would not help).
+    try:
+        size = len(json.dumps(result, allow_nan=False))
+    except (TypeError, ValueError) as err:
+        return ("failure", f"The result is not JSON: {err}", False)
+    if size > MAX_RESULT_BYTES:
+        return ("failure", f"The result is {size} bytes, more than {MAX_RESULT_BYTES}", False)
+    return ("result", result)
 
 
 class Endings:
@@ -258,12 +267,14 @@ class Endings:
         say("finishing", assignment=a["id"], item=a["itemNo"])
         if kind == "failure":
             what = (what[0][:10_000], what[1])
+        size = len(json.dumps(what[0]))
+        if self.items and self.size + size > MAX_BATCH_BYTES:
+            self.send()
         self.items.append((a, kind, what))
-        self.size += len(json.dumps(what[0])) if kind == "result" else len(what[0])
+        self.size += size
 
     def full(self, most):
-        # Kept well under the server's 16 MiB body.
-        return len(self.items) >= most or self.size >= 8 << 20
+        return len(self.items) >= min(most, MAX_BATCH_ENDINGS) or self.size >= MAX_BATCH_BYTES
 
     def send(self):
         if not self.items:
@@ -305,7 +316,7 @@ class Endings:
             try:
                 return self.api.post("/api/assignments/endings", body)["endings"]
             except Refused as refused:
-                if refused.status in (401, 403, 422):
+                if refused.status in (400, 401, 403, 413, 422):
                     say("finish-error", status=refused.status, error=str(refused))
                     return []
                 error = str(refused)

@@ -325,7 +325,7 @@ impl CreateJob {
         (status = 400, description = "Not JSON, or an `Idempotency-Key` that is not text.", body = ErrorBody),
         (status = 403, description = "Viewers change nothing.", body = ErrorBody),
         (status = 422, description = "An invalid request, or an upload, dataset or batch the caller does not have.", body = ErrorBody),
-        (status = 429, description = "The caller has as many jobs waiting or running as they may.", body = ErrorBody),
+        (status = 429, description = "The caller has as many jobs waiting or running as they may, or (a job of a registered type) its items would pass the bytes of items the caller may keep.", body = ErrorBody),
     )
 )]
 pub async fn create(

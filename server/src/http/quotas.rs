@@ -24,13 +24,12 @@ pub fn too_many_jobs(limit: i64) -> ApiError {
     }
 }
 
-/// The answer for an owner whose jobs keep `limit` bytes of items already.
+/// The answer for adding items past `limit` bytes of items kept by the job owner's jobs.
 pub fn too_many_item_bytes(limit: i64) -> ApiError {
     ApiError::Limited {
         message: format!(
-            "Your jobs keep {} MiB of items, the most: delete finished jobs you no longer need \
-             (or wait for them to expire), then add more.",
-            limit >> 20
+            "The job's owner keeps {limit} bytes of items at most, and these would pass it: \
+             delete finished jobs no longer needed (or wait for them to expire), then add more."
         ),
         retry_after: 3600,
     }

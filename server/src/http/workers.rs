@@ -28,6 +28,7 @@ use crate::{
     store::{
         assignments::{self, Assignment, Heartbeat},
         endings::{self, Ending, Finished, Outcome},
+        items,
         states::{ChunkState, JobStatus},
         worker_tokens::Worker,
     },
@@ -289,10 +290,10 @@ fn checked_result(result: Option<&RawValue>) -> Result<&str, ApiError> {
             "A result is at most {MAX_RESULT_BYTES} bytes of JSON."
         )));
     }
-    if result.contains("\\u0000") {
-        return Err(ApiError::Invalid(
-            "The result holds a NUL character (\\u0000), which cannot be stored.".into(),
-        ));
+    if let Some(why) = items::unstorable(result) {
+        return Err(ApiError::Invalid(format!(
+            "The result holds {why}, which cannot be stored."
+        )));
     }
     Ok(result)
 }

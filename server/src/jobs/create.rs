@@ -330,10 +330,9 @@ pub fn check_items(job_type: &JobTypeView, items: &[NewItem]) -> Result<(), Crea
                 job_type.max_payload_bytes
             )));
         }
-        // PostgreSQL text and jsonb hold no NUL character.
-        if item.payload.contains("\\u0000") {
+        if let Some(why) = store_items::unstorable(&item.payload) {
             return Err(CreateError::Invalid(format!(
-                "Item {}'s payload holds a NUL character (\\u0000), which cannot be stored.",
+                "Item {}'s payload holds {why}, which cannot be stored.",
                 i + 1
             )));
         }

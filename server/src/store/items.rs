@@ -54,7 +54,8 @@ pub enum NotAdded {
 
 /// Adds a batch of items to a live, unsealed job of a registered type, in the caller's
 /// transaction, numbered after the job's last; an item whose dedupe key the job has is left
-/// out. Two batches of one owner added at once may pass their limit by a batch each.
+/// out. A person's batch is counted against their owner's limit under the owner's lock; over
+/// it, the caller must roll the transaction back (the items are in it).
 pub async fn add(
     conn: &mut PgConnection,
     job_id: Uuid,
@@ -65,6 +66,16 @@ pub async fn add(
         AddedBy::Person { owner, .. } => owner,
         AddedBy::Chain => None,
     };
+    if let AddedBy::Person { .. } = by {
+        // The owner's items counted one batch at a time (the lock creates and retries take
+        // first, so it is taken before the job's row here too).
+        let job_owner = sqlx::query_scalar!("select owner from jobs where id = $1", job_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if let Some(job_owner) = job_owner {
+            super::jobs::hold_owners_jobs(conn, job_owner).await?;
+        }
+    }
     // The job's row, locked: batches added at once are numbered one after the other.
     let job = sqlx::query!(
         r#"select sealed, status = any($3) as "live!", job_type as "job_type!", owner,
@@ -83,21 +94,8 @@ pub async fn add(
     let Some(job) = job else {
         return Ok(Err(NotAdded::NoSuchJob));
     };
-    if let AddedBy::Person { max_bytes, .. } = by {
-        if job.follow_up {
-            return Ok(Err(NotAdded::FollowUp));
-        }
-        let kept = sqlx::query_scalar!(
-            r#"select coalesce(sum(item_bytes), 0)::int8 as "bytes!" from jobs
-               where owner = $1 and item_bytes > 0 and items_pruned_at is null"#,
-            job.owner,
-        )
-        .fetch_one(&mut *conn)
-        .await?;
-        let sent: i64 = items.iter().map(|item| item.payload.len() as i64).sum();
-        if kept + sent > max_bytes {
-            return Ok(Err(NotAdded::OverQuota { limit: max_bytes }));
-        }
+    if job.follow_up && matches!(by, AddedBy::Person { .. }) {
+        return Ok(Err(NotAdded::FollowUp));
     }
     if job.sealed || !job.live {
         return Ok(Err(NotAdded::Closed));
@@ -124,6 +122,19 @@ pub async fn add(
     .fetch_one(&mut *conn)
     .await?;
     let added = inserted.n;
+    if let AddedBy::Person { max_bytes, .. } = by {
+        // Counted as stored (jsonb's text), this batch included; the caller rolls it back.
+        let kept = sqlx::query_scalar!(
+            r#"select coalesce(sum(item_bytes), 0)::int8 as "bytes!" from jobs
+               where owner = $1 and item_bytes > 0 and items_pruned_at is null"#,
+            job.owner,
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        if kept + inserted.bytes > max_bytes {
+            return Ok(Err(NotAdded::OverQuota { limit: max_bytes }));
+        }
+    }
     let version = if added > 0 {
         notify::items_ready(conn, &job_type).await?;
         sqlx::query_scalar!(
@@ -200,5 +211,34 @@ impl From<ItemRow> for ItemView {
             failures: row.failures,
             done_at: row.done_at,
         }
+    }
+}
+
+/// Why PostgreSQL's `jsonb` would refuse this JSON text (which `serde_json` accepted as it
+/// read it, without decoding its strings), if it would: a NUL character, or half of a UTF-16
+/// surrogate pair. Strings with `\u` escapes of either kind are decoded to tell; others are not
+/// read again.
+pub fn unstorable(json: &str) -> Option<&'static str> {
+    if json.contains("\\u0000") {
+        return Some("a NUL character (\\u0000)");
+    }
+    let lower = json.to_ascii_lowercase();
+    if lower.contains("\\ud") && serde_json::from_str::<serde_json::Value>(json).is_err() {
+        return Some("half of a UTF-16 surrogate pair (a lone \\uD800-\\uDFFF)");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unstorable;
+
+    #[test]
+    fn nul_and_lone_surrogates_are_refused_and_pairs_kept() {
+        assert!(unstorable(r#"{"a":"\u0000"}"#).is_some());
+        assert!(unstorable(r#""\udcff""#).is_some());
+        assert!(unstorable(r#""\uD83D""#).is_some());
+        assert_eq!(unstorable(r#""\ud83d\ude00 ok""#), None);
+        assert_eq!(unstorable(r#"{"n": 1}"#), None);
     }
 }

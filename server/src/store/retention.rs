@@ -1,6 +1,7 @@
 //! Retention: what finished jobs leave behind is deleted after a while, so no table grows
 //! without bound. A job of a registered type whose type sets `retainDays` keeps its items and
-//! its summary that long instead (`kept_for`, migration 26). A finished job's items (its chunks and their runs, row errors, export parts, and the files
+//! its summary that long instead (`kept_for`, migration 26); a chain goes as its root's type
+//! says, its follow-up jobs with the root. A finished job's items (its chunks and their runs, row errors, export parts, and the files
 //! it read or wrote, a dry run's keys, a job of a type's items) go after `items_age`; its summary row after `jobs_age`, and with the last
 //! job naming it, a dataset that is deleted or was never completed. Uploads no job
 //! uses and finished queue messages go after `items_age` too. Sessions go once expired (or
@@ -13,7 +14,12 @@ use std::time::Duration;
 
 use sqlx::PgConnection;
 
-use super::{queue, states::DatasetState};
+use uuid::Uuid;
+
+use super::{
+    queue,
+    states::{DatasetState, JobKind},
+};
 
 /// Rows per statement at most.
 const BATCH: i64 = 10_000;
@@ -44,23 +50,56 @@ pub async fn prune(
 ) -> sqlx::Result<Pruned> {
     // Claimed first, under row locks re-checked against the age: a retry committing meanwhile
     // (which clears `finished_at`) keeps its job's items, and a retry coming after finds the
-    // items gone and is refused.
-    let claimed: Vec<uuid::Uuid> = sqlx::query_scalar!(
+    // items gone and is refused. Jobs of no registered type by the deployment's age; those of
+    // a type by its `retainDays` (else the same age), one type at a time, each a range of an
+    // index: a chain's root for the whole chain, whose follow-up jobs go with it.
+    let mut claimed: Vec<Uuid> = sqlx::query_scalar!(
         "update jobs j set items_pruned_at = now(), upload_id = null, result_upload_id = null,
              remedy = null
          where id in (select id from jobs
-                      where finished_at < now() - make_interval(secs => $1)
-                        and items_pruned_at is null
-                        and finished_at < now() - kept_for(job_type, $1::float8)
+                      where job_type is null and items_pruned_at is null
+                        and finished_at < now() - make_interval(secs => $1)
                       order by finished_at limit $2
                       for update skip locked)
-           and finished_at < now() - kept_for(job_type, $1::float8)
+           and finished_at < now() - make_interval(secs => $1)
          returning id",
         items_age.as_secs_f64(),
         BATCH / 100,
     )
     .fetch_all(&mut *conn)
     .await?;
+    claimed.extend(
+        sqlx::query_scalar!(
+            r#"with recursive roots as (
+                   update jobs j set items_pruned_at = now()
+                   where id in (
+                       select due.id from job_types t cross join lateral (
+                           select d.id from jobs d
+                           where d.job_type = t.name and d.items_pruned_at is null
+                             and d.finished_at < now() - kept_for(t.name, $1)
+                             and not exists (select 1 from jobs p
+                                             where p.id = d.parent_id and p.kind = $3)
+                           order by d.finished_at limit $2
+                           for update skip locked) due)
+                     and finished_at < now() - kept_for(job_type, $1)
+                   returning id
+               ), chain as (
+                   select id from roots
+                   union
+                   select c.id from jobs c join chain on c.parent_id = chain.id
+               ), below as (
+                   update jobs j set items_pruned_at = now()
+                   where id in (select id from chain) and items_pruned_at is null
+                   returning id
+               )
+               select id as "id!" from roots union all select id from below"#,
+            items_age.as_secs_f64(),
+            BATCH / 100,
+            JobKind::Items as JobKind,
+        )
+        .fetch_all(&mut *conn)
+        .await?,
+    );
     sqlx::query!(
         "with chunks as (delete from job_chunks where job_id = any($1)),
               runs as (delete from job_runs where job_id = any($1)),
@@ -74,12 +113,30 @@ pub async fn prune(
     .await?;
     let job_items = claimed.len() as u64;
 
-    let jobs = sqlx::query!(
+    // Summaries: the same split; a chain's root once its items went (its follow-up jobs with
+    // it, by the foreign key).
+    let mut jobs = sqlx::query!(
         "delete from jobs where id in (
-             select id from jobs where finished_at < now() - kept_for(job_type, $1::float8)
+             select id from jobs where job_type is null
+               and finished_at < now() - make_interval(secs => $1)
              order by finished_at limit $2)",
         jobs_age.as_secs_f64(),
         BATCH,
+    )
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    jobs += sqlx::query!(
+        "delete from jobs where id in (
+             select due.id from job_types t cross join lateral (
+                 select d.id from jobs d
+                 where d.job_type = t.name and d.items_pruned_at is not null
+                   and d.finished_at < now() - kept_for(t.name, $1)
+                   and not exists (select 1 from jobs p where p.id = d.parent_id and p.kind = $3)
+                 order by d.finished_at limit $2) due)",
+        jobs_age.as_secs_f64(),
+        BATCH / 100,
+        JobKind::Items as JobKind,
     )
     .execute(&mut *conn)
     .await?

@@ -203,6 +203,15 @@ async fn item_jobs_refuse_unknown_types_large_payloads_and_ended_jobs() {
         StatusCode::UNPROCESSABLE_ENTITY,
         "PostgreSQL stores no NUL"
     );
+    // Nor half of a UTF-16 surrogate pair, which JSON text can spell.
+    let lone = admin
+        .post(server.url("/api/jobs"))
+        .header("content-type", "application/json")
+        .body(r#"{"jobType":"tiny","items":[{"payload":"\udcff"}]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lone.status(), StatusCode::UNPROCESSABLE_ENTITY);
     let odd_type = post(
         &server,
         &admin,

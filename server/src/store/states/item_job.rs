@@ -249,7 +249,7 @@ pub async fn retry(
         "update jobs set status = $2, error = null, finished_at = null,
              chunks_failed = 0, rows_failed = 0, item_progress = chunks_done,
              sealed = sealed and id = any($3), version = version + 1
-         where id = any($1) and status <> all($4)
+         where id = any($1) and status <> all($4) and items_pruned_at is null
          returning id, version",
         &jobs,
         JobStatus::Waiting as JobStatus,
