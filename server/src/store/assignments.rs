@@ -60,9 +60,11 @@ const JOBS_PER_CLAIM: i64 = 100;
 /// the `pending` state are written out (not bound), so that every plan, generic ones included,
 /// can use the partial indexes of live jobs by type and of pending items.
 ///
-/// Known cost (docs/architecture.md, "Known gaps"): on most runs of the items bench, taking a
-/// job's items (the second statement) takes 2.4–2.8 s late in a 100,000-item job, though its
-/// index scan alone takes 1–32 ms when replayed; where the time goes is not found yet.
+/// Taking a job's items is two statements: the items locked, then updated by their keys.
+/// Joined in one (`update … from due`), on two of five bench runs it took 2.4–2.8 s late in a
+/// 100,000-item job (802 and 1,507 items/s end to end, against 6,650–11,445 on the others);
+/// split, six of seven runs made 5,392–8,299 items/s and one 2,399, not explained yet
+/// (docs/architecture.md, "Known gaps").
 pub async fn claim(
     pool: &PgPool,
     worker: &str,
@@ -104,28 +106,37 @@ pub async fn claim(
         if wanted == 0 {
             break;
         }
-        let mut taken = sqlx::query!(
-            r#"with due as (
-                   select i.item_no from job_items i
-                   where i.job_id = $1 and i.state = $2 and i.run_after <= now()
-                     and i.lease_expires_at is null
-                     and (not $3 or i.item_no = (select min(p.item_no) from job_items p
-                                                 where p.job_id = $1 and p.state = $2))
-                   order by i.item_no limit $4
-                   for no key update skip locked
-               )
-               update job_items i set assignment = gen_random_uuid(), worker = $5,
-                   attempts = i.attempts + 1,
-                   lease_expires_at = now() + make_interval(secs => $6)
-               from due where i.job_id = $1 and i.item_no = due.item_no
-                 -- Still live (it may have been cancelled since it was picked).
-                 and exists (select 1 from jobs j where j.id = $1 and j.status = any($7))
-               returning i.assignment as "assignment!", i.item_no, i.payload::text as "payload!",
-                   i.dedupe_key, i.attempts, i.lease_expires_at as "lease_expires_at!""#,
+        // The items to take, locked; then taken by their keys (one statement joining the two
+        // was planned, on some runs, as a scan of every item of the job at each claim).
+        let due: Vec<i64> = sqlx::query_scalar!(
+            "select i.item_no from job_items i
+             where i.job_id = $1 and i.state = $2 and i.run_after <= now()
+               and i.lease_expires_at is null
+               and (not $3 or i.item_no = (select min(p.item_no) from job_items p
+                                           where p.job_id = $1 and p.state = $2))
+             order by i.item_no limit $4
+             for no key update skip locked",
             job.id,
             ChunkState::Pending as ChunkState,
             job.ordered,
             wanted,
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        if due.is_empty() {
+            continue;
+        }
+        let mut taken = sqlx::query!(
+            r#"update job_items i set assignment = gen_random_uuid(), worker = $3,
+                   attempts = i.attempts + 1,
+                   lease_expires_at = now() + make_interval(secs => $4)
+               where i.job_id = $1 and i.item_no = any($2)
+                 -- Still live (it may have been cancelled since it was picked).
+                 and exists (select 1 from jobs j where j.id = $1 and j.status = any($5))
+               returning i.assignment as "assignment!", i.item_no, i.payload::text as "payload!",
+                   i.dedupe_key, i.attempts, i.lease_expires_at as "lease_expires_at!""#,
+            job.id,
+            &due,
             worker,
             f64::from(job.lease_seconds),
             &LIVE[..] as &[JobStatus],
