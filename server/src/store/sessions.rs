@@ -18,7 +18,7 @@ pub struct Lifetime {
 }
 
 /// A request's last sighting is written at most this often.
-const TOUCH_EVERY_SECS: f64 = 60.0;
+pub(super) const TOUCH_EVERY_SECS: f64 = 60.0;
 
 /// Starts a session for `user_id` whose token hashes to `token_hash`.
 pub async fn insert(

@@ -8,6 +8,8 @@ use sqlx::PgPool;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::sessions::TOUCH_EVERY_SECS;
+
 /// A worker token as admins see it (never its secret).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -26,9 +28,6 @@ pub struct Worker {
     pub token_id: Uuid,
     pub types: Vec<String>,
 }
-
-/// A request's last use of its token is written at most this often.
-const TOUCH_EVERY_SECS: f64 = 60.0;
 
 /// Why a token was not created.
 #[derive(Debug, Clone, PartialEq, Eq)]
