@@ -129,24 +129,30 @@ def small_jobs(args, jobs, parallel=16):
     body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
             f"filename=\"small.csv\"\r\nContent-Type: text/csv\r\n\r\n{csv}\r\n"
             f"--{boundary}--\r\n").encode()
-    ids, lock = [], threading.Lock()
+    ids, errors, lock = [], [], threading.Lock()
 
     def create(first):
         conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=120)
-        for n in range(first, jobs, parallel):
-            conn.request("POST", "/api/uploads", body,
-                         {**AUTH, "content-type": f"multipart/form-data; boundary={boundary}"})
+
+        def call(path, data, content_type, ok):
+            conn.request("POST", path, data, {**AUTH, "content-type": content_type})
             response = conn.getresponse()
-            upload = json.loads(response.read())
-            request = {"jobType": "import", "fileGuid": upload["id"], "dataset": f"small_{n}"}
-            conn.request("POST", "/api/jobs", json.dumps(request),
-                         {**AUTH, "content-type": "application/json"})
-            response = conn.getresponse()
-            job = json.loads(response.read())
-            if response.status != 202:
-                sys.exit(f"creating a small job answered {response.status}: {job}")
+            answer = response.read()
+            if response.status != ok:
+                raise RuntimeError(f"POST {path} answered {response.status}: {answer[:300]!r}")
+            return json.loads(answer)
+
+        try:
+            for n in range(first, jobs, parallel):
+                upload = call("/api/uploads", body,
+                              f"multipart/form-data; boundary={boundary}", 201)
+                request = {"jobType": "import", "fileGuid": upload["id"], "dataset": f"small_{n}"}
+                job = call("/api/jobs", json.dumps(request), "application/json", 202)
+                with lock:
+                    ids.append(job["id"])
+        except Exception as error:  # reported by the main thread, which alone can stop the run
             with lock:
-                ids.append(job["id"])
+                errors.append(error)
 
     start = time.monotonic()
     threads = [threading.Thread(target=create, args=(n,)) for n in range(parallel)]
@@ -154,6 +160,8 @@ def small_jobs(args, jobs, parallel=16):
         thread.start()
     for thread in threads:
         thread.join()
+    if errors:
+        sys.exit(f"creating small jobs failed: {errors[0]}")
     for job_id in ids:
         job = follow_until_finished("127.0.0.1", args.port, job_id)
         if job["status"] != "completed":

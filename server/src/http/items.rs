@@ -111,6 +111,7 @@ pub async fn add(
         notify::job_changed(&mut tx, id, version).await?;
     }
     tx.commit().await?;
+    create::after_items_added(&state.pool, added.added);
     let job = jobs::find(&state.pool, id, acts)
         .await?
         .ok_or_else(|| no_such_job(id))?;

@@ -393,6 +393,7 @@ pub async fn items(
         max_failures_per_item: job_type.max_failures_per_item,
     };
     let inserted = jobs::insert(&mut tx, owner, None, kind, &options).await?;
+    let mut added = 0;
     if let Some(job) = inserted {
         if !items.is_empty() {
             let by = AddedBy::Person {
@@ -400,7 +401,7 @@ pub async fn items(
                 max_bytes: max_item_bytes,
             };
             match store_items::add(&mut tx, job.id, by, items).await? {
-                Ok(_) => {}
+                Ok(batch) => added = batch.added,
                 Err(NotAdded::OverQuota { limit }) => {
                     return Err(CreateError::TooManyItemBytes { limit });
                 }
@@ -409,7 +410,27 @@ pub async fn items(
         }
         follow_ups(pool, &mut tx, owner, job.id, job_type).await?;
     }
-    queue_first_task(pool, tx, owner, &options, inserted, |_| None).await
+    let created = queue_first_task(pool, tx, owner, &options, inserted, |_| None).await?;
+    after_items_added(pool, added);
+    Ok(created)
+}
+
+/// Items committed at once from which the table's statistics are checked.
+const BULK_ITEMS: i64 = 1_000;
+
+/// After `added` items were committed in one batch: a bulk load refreshes the planner's
+/// statistics of the items' table if it outgrew them (`store::items::analyze_if_grown`), in the
+/// background. Smaller batches grow the table slowly enough for autovacuum.
+pub fn after_items_added(pool: &PgPool, added: i64) {
+    if added < BULK_ITEMS {
+        return;
+    }
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        if let Err(err) = store_items::analyze_if_grown(&pool, added).await {
+            tracing::warn!("cannot refresh the statistics of the items' table: {err}");
+        }
+    });
 }
 
 /// The chain a job of `job_type` starts when the type has a follow-up: a child job of the

@@ -60,11 +60,14 @@ const JOBS_PER_CLAIM: i64 = 100;
 /// the `pending` state are written out (not bound), so that every plan, generic ones included,
 /// can use the partial indexes of live jobs by type and of pending items.
 ///
-/// Taking a job's items is two statements: the items locked, then updated by their keys.
-/// Joined in one (`update … from due`), on two of five bench runs it took 2.4–2.8 s late in a
-/// 100,000-item job (802 and 1,507 items/s end to end, against 6,650–11,445 on the others);
-/// split, six of seven runs made 5,392–8,299 items/s and one 2,399, not explained yet
-/// (docs/architecture.md, "Known gaps").
+/// Taking a job's items is two statements, each with one plan whatever the statistics say:
+/// the items locked, through the partial index of pending items (`pending` written out), then
+/// updated by their row addresses (a TID scan). Planned otherwise, claims late in a
+/// 100,000-item job took from 50 ms to seconds on some bench runs (800–4,400 items/s end to
+/// end instead of 9,000–12,000): with `pending` bound, the generic plan PostgreSQL's plan cache
+/// switches a prepared statement to cannot use the partial index, and walked every item of the
+/// job; updated by `item_no = any(…)`, a plan made while the table's statistics still said it
+/// was small read every item of the job to find the ones taken.
 pub async fn claim(
     pool: &PgPool,
     worker: &str,
@@ -106,19 +109,30 @@ pub async fn claim(
         if wanted == 0 {
             break;
         }
-        // The items to take, locked; then taken by their keys (joined in one statement, claims
-        // took seconds on some bench runs: see the doc comment).
-        let due: Vec<i64> = sqlx::query_scalar!(
-            "select i.item_no from job_items i
-             where i.job_id = $1 and i.state = $2 and i.run_after <= now()
-               and i.lease_expires_at is null
-               and (not $3 or i.item_no = (select min(p.item_no) from job_items p
-                                           where p.job_id = $1 and p.state = $2))
-             order by i.item_no limit $4
-             for no key update skip locked",
+        // An ordered job gives only its first unfinished item, and only if it is free.
+        let first = if job.ordered {
+            let first = sqlx::query_scalar!(
+                "select min(item_no) from job_items where job_id = $1 and state = 'pending'",
+                job.id,
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            if first.is_none() {
+                continue;
+            }
+            first
+        } else {
+            None
+        };
+        // The items to take, locked (see the doc comment for why `pending` is written out).
+        let due: Vec<String> = sqlx::query_scalar!(
+            r#"select i.ctid::text as "ctid!" from job_items i
+               where i.job_id = $1 and i.state = 'pending' and i.run_after <= now()
+                 and i.lease_expires_at is null and ($2::int8 is null or i.item_no = $2)
+               order by i.item_no limit $3
+               for no key update skip locked"#,
             job.id,
-            ChunkState::Pending as ChunkState,
-            job.ordered,
+            first,
             wanted,
         )
         .fetch_all(&mut *tx)
@@ -126,11 +140,13 @@ pub async fn claim(
         if due.is_empty() {
             continue;
         }
+        // Then taken by their row addresses, which stay put while this transaction holds their
+        // locks: a TID scan, whatever the planner's statistics say of the job's size.
         let mut taken = sqlx::query!(
             r#"update job_items i set assignment = gen_random_uuid(), worker = $3,
                    attempts = i.attempts + 1,
                    lease_expires_at = now() + make_interval(secs => $4)
-               where i.job_id = $1 and i.item_no = any($2)
+               where i.ctid = any($2::text[]::tid[]) and i.job_id = $1
                  -- Still live (it may have been cancelled since it was picked).
                  and exists (select 1 from jobs j where j.id = $1 and j.status = any($5))
                returning i.assignment as "assignment!", i.item_no, i.payload::text as "payload!",

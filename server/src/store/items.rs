@@ -159,6 +159,30 @@ pub async fn add(
     }))
 }
 
+/// Refreshes the planner's statistics of the items' table when it holds more than twice the
+/// rows they counted (`added`: rows just committed, which the activity counters may not show
+/// yet), and says whether it did. This is PostgreSQL's advice after a bulk load ("run ANALYZE
+/// afterwards"): autovacuum would, but only on its next round (a minute, by default), and
+/// until then plans made for a small table stay cached. A doubling at most: the table's
+/// refreshes are logarithmic in its size, and one already under way elsewhere is skipped.
+pub async fn analyze_if_grown(pool: &PgPool, added: i64) -> sqlx::Result<bool> {
+    let grown = sqlx::query_scalar!(
+        r#"select s.n_live_tup + $1 > 2 * greatest(c.reltuples, 1000)::int8 as "grown!"
+           from pg_stat_user_tables s join pg_class c on c.oid = s.relid
+           where s.relid = 'job_items'::regclass"#,
+        added,
+    )
+    .fetch_optional(pool)
+    .await?
+    .unwrap_or(false);
+    if grown {
+        sqlx::query!("analyze (skip_locked) job_items")
+            .execute(pool)
+            .await?;
+    }
+    Ok(grown)
+}
+
 /// A page of a job's items in order, those in `state` only if given, after item `after`; with
 /// the item number to pass as `after` for the next page (none on the last).
 pub async fn page(

@@ -367,3 +367,57 @@ async fn an_owners_items_count_against_their_stored_bytes_until_their_job_is_del
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_bulk_fill_refreshes_the_planners_statistics_of_the_items_table() {
+    use server::store::items::analyze_if_grown;
+    let db = TestDb::new().await;
+    // Only the server's refresh counts here, not autovacuum's.
+    sqlx::query("alter table job_items set (autovacuum_enabled = false)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let counted = async || -> f32 {
+        sqlx::query_scalar("select reltuples from pg_class where oid = 'job_items'::regclass")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    assert!(counted().await < 1.0, "never counted yet");
+    let server = TestServer::start(&db, None).await;
+    account(&db, "admin@example.com", Role::Admin).await;
+    let admin = server.signed_in("admin@example.com").await;
+    register(&server, &admin, json!({ "name": "bulk" })).await;
+    let items: Vec<Value> = (0..3_000).map(|n| json!({ "payload": n })).collect();
+    let created = post(
+        &server,
+        &admin,
+        "/api/jobs",
+        json!({ "jobType": "bulk", "items": items }),
+    )
+    .await;
+    assert_eq!(created.status(), StatusCode::ACCEPTED);
+    crate::support::until("the items' statistics to count the bulk fill", || async {
+        counted().await >= 3_000.0
+    })
+    .await;
+    assert!(
+        !analyze_if_grown(&db.pool, 0).await.unwrap(),
+        "counted: no refresh until the table doubles"
+    );
+    let small: Vec<Value> = (0..10).map(|n| json!({ "payload": n })).collect();
+    let job: JobView = created.json().await.unwrap();
+    let path = format!("/api/jobs/{}/items", job.id);
+    assert_eq!(
+        post(&server, &admin, &path, json!({ "items": small }))
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    assert!(
+        analyze_if_grown(&db.pool, 3_500).await.unwrap(),
+        "past double what was counted (the batch just added included), refreshed"
+    );
+    assert!(counted().await >= 3_010.0);
+    server.stop().await;
+}
