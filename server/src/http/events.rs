@@ -3,9 +3,8 @@
 //! sends `Last-Event-ID` and gets only newer states. Streams end on shutdown so the server can
 //! stop.
 
-use std::{convert::Infallible, time::Duration};
+use std::{convert::Infallible, sync::Arc, time::Duration};
 
-use app::model::JobView;
 use axum::{
     extract::{Path, State, rejection::PathRejection},
     http::HeaderMap,
@@ -24,7 +23,10 @@ use super::{
     jobs::visible_job,
 };
 use crate::{
-    progress::feed::{self, Scope},
+    progress::{
+        feed::{self, Scope},
+        views::Shown,
+    },
     telemetry,
 };
 
@@ -109,9 +111,9 @@ fn stream(
         .into_response())
 }
 
-fn to_event(job: JobView) -> Result<Event, Infallible> {
-    let event = Event::default().event("job").id(job.version.to_string());
-    Ok(event
-        .json_data(&job)
-        .unwrap_or_else(|_| Event::default().comment("unserializable job")))
+fn to_event(job: Arc<Shown>) -> Result<Event, Infallible> {
+    Ok(Event::default()
+        .event("job")
+        .id(job.view.version.to_string())
+        .data(&job.json))
 }

@@ -275,7 +275,7 @@ async fn who(state: &AppState, credential: &Credential) -> sqlx::Result<Option<M
 /// and every [`RECHECK`] (expiry sends no notification). A failed check keeps the stream. It
 /// subscribes at once, so nothing between the request and the stream's first poll is missed.
 pub fn revoked(state: AppState, identity: Identity) -> impl Future<Output = ()> + Send {
-    let mut changes = state.hub.subscribe();
+    let mut changes = state.hub.accounts();
     async move {
         let (Some(me), Some(credential)) = (identity.me, identity.credential) else {
             return std::future::pending().await;
@@ -293,7 +293,8 @@ pub fn revoked(state: AppState, identity: Identity) -> impl Future<Output = ()> 
                 _ = recheck.tick() => true,
             };
             if check
-                && matches!(who(&state, &credential).await, Ok(now) if now.as_ref() != Some(&me))
+                // Boxed: its state lives only while it runs, not in every open stream.
+                && matches!(Box::pin(who(&state, &credential)).await, Ok(now) if now.as_ref() != Some(&me))
             {
                 return;
             }

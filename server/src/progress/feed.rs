@@ -1,23 +1,26 @@
 //! A stream of job states for one SSE client: the current state first (its own read, once),
 //! then every change its reader may see from the process's shared reader ([`Views`]), which
-//! coalesces and reads once for every stream. It subscribes before its first read, so no change
-//! falls between the two. Behind (a lagged channel) or told to resync, it reads again what it
-//! shows.
+//! reads and serializes once for every stream. It subscribes before its first read, so no
+//! change falls between the two. Behind (a lagged channel) or told to resync, it reads again
+//! what it shows.
+//!
+//! The stream is polled by its connection, with no task or queue of its own: a client that
+//! reads slowly leaves views in the shared channel until it lags, then gets the latest state.
+//! What a stream keeps is its place in that channel and the versions it sent.
 
-use std::collections::HashMap;
-use std::time::Duration;
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::Arc,
+    time::Duration,
+};
 
 use app::{job_list::JobFilter, model::JobView};
 use futures::Stream;
 use sqlx::PgPool;
-use tokio::sync::{
-    broadcast::{self, error::RecvError},
-    mpsc,
-};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::broadcast::{self, error::RecvError};
 use uuid::Uuid;
 
-use super::views::{Seen, Views};
+use super::views::{Seen, Shown, Views};
 use crate::{
     auth::Sees,
     store::{
@@ -60,7 +63,7 @@ pub fn follow(
     scope: Scope,
     sees: Sees,
     last_version: Option<i64>,
-) -> impl Stream<Item = JobView> + use<> {
+) -> impl Stream<Item = Arc<Shown>> + use<> {
     follow_seen(pool, views.subscribe(), scope, sees, last_version)
 }
 
@@ -68,69 +71,96 @@ pub fn follow(
 /// through a channel of their own.
 pub fn follow_seen(
     pool: PgPool,
-    mut seen: broadcast::Receiver<Seen>,
+    seen: broadcast::Receiver<Seen>,
     scope: Scope,
     sees: Sees,
     last_version: Option<i64>,
-) -> impl Stream<Item = JobView> + use<> {
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut sent: HashMap<Uuid, i64> = HashMap::new();
-        if let (Scope::One(id), Some(version)) = (scope, last_version) {
-            sent.insert(id, version);
-        }
-        let send = async |view: JobView, sent: &mut HashMap<Uuid, i64>| -> bool {
-            if sent
-                .get(&view.id)
-                .is_some_and(|&version| view.version <= version)
-            {
-                return true;
-            }
-            if sent.len() >= REMEMBERED {
-                sent.clear();
-            }
-            sent.insert(view.id, view.version);
-            tx.send(view).await.is_ok()
-        };
+) -> impl Stream<Item = Arc<Shown>> + use<> {
+    let mut sent = HashMap::new();
+    if let (Scope::One(id), Some(version)) = (scope, last_version) {
+        sent.insert(id, version);
+    }
+    let feed = Feed {
+        pool,
+        seen,
+        scope,
+        sees,
+        sent,
+        read: VecDeque::new(),
+        must_read: true,
+    };
+    futures::stream::unfold(feed, |mut feed| async move {
+        let next = feed.next().await?;
+        Some((next, feed))
+    })
+}
+
+/// One stream's state.
+struct Feed {
+    pool: PgPool,
+    seen: broadcast::Receiver<Seen>,
+    scope: Scope,
+    sees: Sees,
+    /// The version sent of each job.
+    sent: HashMap<Uuid, i64>,
+    /// What its own last read found, still to send.
+    read: VecDeque<Arc<Shown>>,
+    /// It must read what it shows for itself: at first, and after missing views.
+    must_read: bool,
+}
+
+impl Feed {
+    /// The next state to send; `None` once the shared reader is gone.
+    async fn next(&mut self) -> Option<Arc<Shown>> {
         loop {
-            // What the stream shows, read for itself.
-            let views = match read(&pool, scope, sees).await {
-                Ok(views) => views,
-                Err(err) => {
-                    // Try again shortly: the job may never change again to wake us.
-                    tracing::warn!("live feed cannot read jobs, retrying: {err}");
-                    tokio::select! {
-                        () = tx.closed() => return,
-                        () = tokio::time::sleep(RETRY) => {}
-                    }
-                    continue;
+            if let Some(shown) = self.read.pop_front() {
+                if self.is_new(&shown) {
+                    return Some(shown);
                 }
-            };
-            for view in views {
-                if !send(view, &mut sent).await {
-                    return;
-                }
+                continue;
             }
-            // Then what the shared reader sees, until it says to read again.
-            loop {
-                let next = tokio::select! {
-                    () = tx.closed() => return,
-                    next = seen.recv() => next,
-                };
-                match next {
-                    Ok(Seen::Job(view)) if scope.covers(view.id) && sees.covers(view.owner) => {
-                        if !send(JobView::clone(&view), &mut sent).await {
-                            return;
-                        }
+            if self.must_read {
+                // Boxed: the read's state lives only while it runs, not in every idle stream.
+                match Box::pin(read(&self.pool, self.scope, self.sees)).await {
+                    Ok(views) => {
+                        self.read = views.into_iter().map(|v| Arc::new(Shown::new(v))).collect();
+                        self.must_read = false;
                     }
-                    Ok(Seen::Job(_)) => {}
-                    Ok(Seen::Resync) | Err(RecvError::Lagged(_)) => break,
-                    Err(RecvError::Closed) => return,
+                    Err(err) => {
+                        // Try again shortly: the job may never change again to wake us.
+                        tracing::warn!("live feed cannot read jobs, retrying: {err}");
+                        tokio::time::sleep(RETRY).await;
+                    }
                 }
+                continue;
+            }
+            match self.seen.recv().await {
+                Ok(Seen::Job(shown))
+                    if self.scope.covers(shown.view.id) && self.sees.covers(shown.view.owner) =>
+                {
+                    if self.is_new(&shown) {
+                        return Some(shown);
+                    }
+                }
+                Ok(Seen::Job(_)) => {}
+                Ok(Seen::Resync) | Err(RecvError::Lagged(_)) => self.must_read = true,
+                Err(RecvError::Closed) => return None,
             }
         }
-    });
-    ReceiverStream::new(rx)
+    }
+
+    /// Whether `shown` is newer than what was sent of its job (noting it as sent if so).
+    fn is_new(&mut self, shown: &Shown) -> bool {
+        let view = &shown.view;
+        if self.sent.get(&view.id).is_some_and(|&v| view.version <= v) {
+            return false;
+        }
+        if self.sent.len() >= REMEMBERED {
+            self.sent.clear();
+        }
+        self.sent.insert(view.id, view.version);
+        true
+    }
 }
 
 /// Everything the stream shows: its job, or the newest jobs, oldest first.

@@ -40,7 +40,11 @@ pub enum ItemsReady {
 
 #[derive(Clone)]
 pub struct Hub {
+    /// Jobs' changes (and resyncs): the process's one reader of changed jobs reads them.
     changes: broadcast::Sender<Change>,
+    /// Accounts' changes (and resyncs), kept apart: every open stream hears these, and should
+    /// not wake for every change of every job.
+    accounts: broadcast::Sender<Change>,
     /// Kept apart from `changes`, which every event stream reads.
     items: broadcast::Sender<ItemsReady>,
     listening: Arc<AtomicBool>,
@@ -50,22 +54,31 @@ impl Hub {
     /// Starts listening; stops when `shutdown` fires.
     pub fn start(pool: PgPool, shutdown: CancellationToken) -> Self {
         let (changes, _) = broadcast::channel(4096);
+        let (accounts, _) = broadcast::channel(1024);
         let (items, _) = broadcast::channel(1024);
         let listening = Arc::new(AtomicBool::new(false));
         let senders = Senders {
             changes: changes.clone(),
+            accounts: accounts.clone(),
             items: items.clone(),
         };
         tokio::spawn(listen(pool, senders, listening.clone(), shutdown));
         Self {
             changes,
+            accounts,
             items,
             listening,
         }
     }
 
+    /// Hears jobs' changes ([`Change::Job`]) and resyncs.
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {
         self.changes.subscribe()
+    }
+
+    /// Hears accounts' changes ([`Change::Account`]) and resyncs.
+    pub fn accounts(&self) -> broadcast::Receiver<Change> {
+        self.accounts.subscribe()
     }
 
     /// Hears when items may be claimed (`store::assignments`).
@@ -81,6 +94,7 @@ impl Hub {
 
 struct Senders {
     changes: broadcast::Sender<Change>,
+    accounts: broadcast::Sender<Change>,
     items: broadcast::Sender<ItemsReady>,
 }
 
@@ -116,6 +130,7 @@ async fn listen(
         backoff = Duration::from_millis(100);
         listening.store(true, Ordering::Relaxed);
         let _ = senders.changes.send(Change::Resync);
+        let _ = senders.accounts.send(Change::Resync);
         let _ = senders.items.send(ItemsReady::Any);
         loop {
             // `try_recv` answers `None` when the connection dropped; reconnect ourselves so the
@@ -127,6 +142,9 @@ async fn listen(
                     let _ = senders.items.send(ItemsReady::Of(job_type));
                 }
                 Some(Ok(Some(notification))) => match parse(&notification) {
+                    Some(change @ Change::Account(_)) => {
+                        let _ = senders.accounts.send(change);
+                    }
                     Some(change) => {
                         let _ = senders.changes.send(change);
                     }

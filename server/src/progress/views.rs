@@ -1,8 +1,13 @@
-//! The process's one reader of changed jobs: it gathers the hub's notifications for
-//! [`COALESCE`], reads every changed job once (as one query for the whole burst), and hands the
-//! views to every stream of the process, each of which keeps those its reader may see. A change
-//! watched by ten thousand browsers costs one read, not ten thousand; a burst of changes to many
-//! jobs costs one read too. With nobody watching, it reads nothing.
+//! The process's one reader of changed jobs: it reads every job the hub reports changed once
+//! (as one query for a whole burst), serializes each view once, and hands them to every stream
+//! of the process, each of which keeps those its reader may see. A change watched by ten
+//! thousand browsers costs one read and one serialization, not ten thousand; a burst of changes
+//! to many jobs costs one read too. With nobody watching, it reads nothing.
+//!
+//! The first change after a quiet spell is read at once; while changes keep coming, reads are
+//! at least [`COALESCE`] apart, each taking whatever arrived since the last. So a lone change
+//! reaches browsers within a read's time, and a running import costs at most one read per
+//! window however fast it changes.
 //!
 //! A stream that falls behind its channel (a slow client) misses views; it is told so (a
 //! lagged receiver) and reads again what it shows, so it ends on the latest state rather than
@@ -20,9 +25,12 @@ use std::{
 
 use app::model::JobView;
 use sqlx::PgPool;
-use tokio::sync::broadcast::{
-    self,
-    error::{RecvError, TryRecvError},
+use tokio::{
+    sync::broadcast::{
+        self,
+        error::{RecvError, TryRecvError},
+    },
+    time::Instant,
 };
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -30,8 +38,12 @@ use uuid::Uuid;
 use super::{Change, Hub};
 use crate::{auth::Sees, store::jobs};
 
-/// How long changes are gathered before they are read: at most ~10 pushes a second per job.
-pub const COALESCE: Duration = Duration::from_millis(100);
+/// The least time between two reads: at most 40 pushes a second per job.
+pub const COALESCE: Duration = Duration::from_millis(25);
+
+/// The longest the next read waits for streams to take the last one's views: a stream that
+/// stopped reading (its client stalled) slows the others' pushes to one per this, no more.
+const MAX_BEHIND: Duration = Duration::from_millis(100);
 
 /// Views a stream may fall behind by before it reads again for itself.
 const CHANNEL: usize = 4096;
@@ -39,11 +51,26 @@ const CHANNEL: usize = 4096;
 /// Jobs read per query of a burst.
 const READ_AT_ONCE: usize = 1000;
 
+/// A job's state as streams send it: the view, and its JSON made once for all of them.
+#[derive(Debug)]
+pub struct Shown {
+    pub view: JobView,
+    pub json: String,
+}
+
+impl Shown {
+    pub fn new(view: JobView) -> Self {
+        // A `JobView` is plain data: it always serializes.
+        let json = serde_json::to_string(&view).unwrap_or_default();
+        Self { view, json }
+    }
+}
+
 /// What the reader hands to streams.
 #[derive(Debug, Clone)]
 pub enum Seen {
     /// A job as it is now.
-    Job(Arc<JobView>),
+    Job(Arc<Shown>),
     /// Changes may have been missed: read again what you show.
     Resync,
 }
@@ -90,6 +117,8 @@ impl Views {
         mut changes: broadcast::Receiver<Change>,
         shutdown: CancellationToken,
     ) {
+        // Long enough ago that the first change is read at once.
+        let mut last_read = Instant::now() - COALESCE;
         loop {
             let mut ids: HashSet<Uuid> = HashSet::new();
             let mut resync = false;
@@ -102,10 +131,11 @@ impl Views {
                     Err(RecvError::Closed) => return,
                 },
             }
-            // …and whatever else arrives within the window.
+            // …and whatever else arrives until the window since the last read is over, and the
+            // streams have taken what the last read sent.
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(COALESCE) => {}
+                () = self.settled(last_read) => {}
             }
             loop {
                 match changes.try_recv() {
@@ -115,6 +145,7 @@ impl Views {
                     Err(TryRecvError::Closed) => return,
                 }
             }
+            last_read = Instant::now();
             if resync {
                 let _ = self.seen.send(Seen::Resync);
             }
@@ -128,7 +159,7 @@ impl Views {
                 match jobs::find_many(&pool, some, Sees::Everything).await {
                     Ok(views) => {
                         for view in views {
-                            let _ = self.seen.send(Seen::Job(Arc::new(view)));
+                            let _ = self.seen.send(Seen::Job(Arc::new(Shown::new(view))));
                         }
                     }
                     Err(err) => {
@@ -138,6 +169,21 @@ impl Views {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Views {
+    /// Once [`COALESCE`] has passed since `last_read` and every stream has taken the views it
+    /// sent (or [`MAX_BEHIND`] has passed: a stream that reads no more lags, and reads again
+    /// for itself). With thousands of streams, sending one view to all of them takes longer
+    /// than the window: changes meanwhile wait for the next read rather than queue behind it.
+    async fn settled(&self, last_read: Instant) {
+        tokio::time::sleep_until(last_read + COALESCE).await;
+        let give_up = last_read + MAX_BEHIND;
+        while !self.seen.is_empty() && Instant::now() < give_up {
+            // The channel tells nobody when it empties: looked at while streams take views.
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 }

@@ -128,7 +128,10 @@ pub async fn claim(
         let due: Vec<String> = sqlx::query_scalar!(
             r#"select i.ctid::text as "ctid!" from job_items i
                where i.job_id = $1 and i.state = 'pending' and i.run_after <= now()
-                 and i.lease_expires_at is null and ($2::int8 is null or i.item_no = $2)
+                 and i.lease_expires_at is null
+                 -- Bounds rather than `$2 is null or …`, so that a generic plan keeps them in
+                 -- its index scan (an ordered job's first item held elsewhere reads no further).
+                 and i.item_no between coalesce($2::int8, 0) and coalesce($2::int8, 9223372036854775807)
                order by i.item_no limit $3
                for no key update skip locked"#,
             job.id,

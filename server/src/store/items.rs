@@ -159,12 +159,15 @@ pub async fn add(
     }))
 }
 
-/// Refreshes the planner's statistics of the items' table when it holds more than twice the
-/// rows they counted (`added`: rows just committed, which the activity counters may not show
-/// yet), and says whether it did. This is PostgreSQL's advice after a bulk load ("run ANALYZE
-/// afterwards"): autovacuum would, but only on its next round (a minute, by default), and
-/// until then plans made for a small table stay cached. A doubling at most: the table's
-/// refreshes are logarithmic in its size, and one already under way elsewhere is skipped.
+/// Refreshes the planner's statistics of the items' table when it holds about twice the rows
+/// they counted or more (`added`: rows just committed, which the activity counters may not
+/// show yet, or may show already), and says whether it asked for it. This is PostgreSQL's
+/// advice after a bulk load ("run ANALYZE afterwards"): autovacuum would, but only on its next
+/// round (a minute, by default), and until then plans made for a small table stay cached. On
+/// a doubling only, so refreshes are logarithmic in the table's size; one already under way
+/// elsewhere is skipped (`skip_locked`). Its sample is bounded (30,000 rows by default), so
+/// it holds the table's `share update exclusive` lock (which only schema changes and vacuum
+/// wait for) a second or so at most.
 pub async fn analyze_if_grown(pool: &PgPool, added: i64) -> sqlx::Result<bool> {
     let grown = sqlx::query_scalar!(
         r#"select s.n_live_tup + $1 > 2 * greatest(c.reltuples, 1000)::int8 as "grown!"

@@ -16,7 +16,7 @@ use server::{
     progress::{
         Change, Views,
         feed::{self, Scope},
-        views::Seen,
+        views::{Seen, Shown},
     },
     store::notify::JobChanged,
 };
@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use crate::support::{PATIENCE, TestDb, TestServer, csv};
 
-type Feed = Pin<Box<dyn Stream<Item = JobView> + Send>>;
+type Feed = Pin<Box<dyn Stream<Item = Arc<Shown>> + Send>>;
 
 /// A feed over `seen`, for an admin (who sees every job).
 fn follow(db: &TestDb, seen: broadcast::Receiver<Seen>, scope: Scope) -> Feed {
@@ -40,10 +40,16 @@ fn follow(db: &TestDb, seen: broadcast::Receiver<Seen>, scope: Scope) -> Feed {
 }
 
 async fn next(feed: &mut Feed) -> JobView {
-    tokio::time::timeout(PATIENCE, feed.next())
+    let shown = tokio::time::timeout(PATIENCE, feed.next())
         .await
         .expect("a state in time")
-        .expect("the feed stays open")
+        .expect("the feed stays open");
+    assert_eq!(
+        serde_json::from_str::<JobView>(&shown.json).unwrap(),
+        shown.view,
+        "sent as it is"
+    );
+    shown.view.clone()
 }
 
 /// Changes the job's row as a worker would, but tells nobody; its new version.
@@ -58,7 +64,8 @@ async fn change_quietly(db: &TestDb, id: Uuid) -> i64 {
 /// Three views of a job the stream does not show, one more than the channel holds: it lags.
 fn overflow(seen: &broadcast::Sender<Seen>, elsewhere: &JobView) {
     for _ in 0..3 {
-        seen.send(Seen::Job(Arc::new(elsewhere.clone()))).unwrap();
+        seen.send(Seen::Job(Arc::new(Shown::new(elsewhere.clone()))))
+            .unwrap();
     }
 }
 
@@ -138,11 +145,12 @@ async fn one_read_per_burst_of_changes_whatever_the_number_of_streams() {
         assert_eq!([next(feed).await.id, next(feed).await.id], [a.id, b.id]);
     }
 
-    // A burst: A changes twice and B once, each told.
+    // A burst: A changes twice and B once, each told (at once, as the listener would).
     let mut told = Vec::new();
     for id in [a.id, b.id, a.id] {
-        let version = change_quietly(&db, id).await;
-        told.push((id, version));
+        told.push((id, change_quietly(&db, id).await));
+    }
+    for &(id, version) in &told {
         changes
             .send(Change::Job(JobChanged { id, version }))
             .unwrap();

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""`make bench` (fan-out part; alone: `make bench ONLY=fanout`): many browsers watching one
+running import (issue 15).
+
+For each number of watchers (500, 2,000 and 10,000 by default), on a fresh release server
+without workers: a 200,000-row import is created (it waits, as nothing runs it yet), the
+watchers (`server/examples/watchers.rs`, one process holding every stream) open the job's
+`/api/jobs/{id}/events` and get its first state, then a `server worker` process runs the job.
+Prints, per run:
+  - whether every watcher saw the job end;
+  - NOTIFY -> SSE latency, p50 / p99 over every delivery: from the watchers' own LISTEN
+    hearing a version of the job announced to a stream receiving that version;
+  - the server's database reads for live streams while the job ran (`/metrics`,
+    `conveyor_progress_reads_total`), per announced change: the shared reader's (`views`) and
+    the streams' own (`stream`: resyncs, lags);
+  - the server's RSS before the watchers came, its peak, and once they have all left.
+Goals on this machine: p99 < 50 ms at 500 watchers and < 250 ms at 10,000; RSS < 300 MB at
+10,000 and back near its start after they leave; reads per change independent of watchers.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+from imports import AUTH, SCHEMA, Server, generate, sign_in
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def rss_mb(pid, field="VmRSS"):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def metrics(port):
+    """The server's `/metrics` as {name{labels}: value}."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/metrics", headers=AUTH)
+    text = conn.getresponse().read().decode()
+    values = {}
+    for line in text.splitlines():
+        match = re.match(r"^([a-z_]+(?:\{[^}]*\})?) ([0-9.e+-]+)$", line)
+        if match:
+            values[match.group(1)] = float(match.group(2))
+    return values
+
+
+def reads(values, by):
+    return values.get(f'conveyor_progress_reads_total{{by="{by}"}}', 0.0)
+
+
+def one_run(args, csv_path, watchers):
+    env = {"CONVEYOR_MAX_STREAMS": str(watchers + 100)}
+    with Server(args, workers=False, env=env) as server:
+        dataset = f"fanout_{watchers}"
+        server.post("/api/datasets", {"name": dataset, "columns": SCHEMA})
+        upload_id = server.upload(csv_path)
+        job = server.post("/api/jobs", {"jobType": "import", "fileGuid": upload_id,
+                                        "dataset": dataset})
+        start_rss = rss_mb(server.process.pid)
+        watching = subprocess.Popen(
+            [args.watchers_bin, "--url", f"http://127.0.0.1:{args.port}",
+             "--token", AUTH["authorization"].split(" ", 1)[1], "--job", job["id"],
+             "--watchers", str(watchers), "--db-url", args.db_url],
+            stdout=subprocess.PIPE, text=True)
+        connected = json.loads(watching.stdout.readline() or "{}")
+        if connected.get("connected") != watchers:
+            sys.exit(f"the watchers did not all connect: {connected}")
+        before = metrics(args.port)
+        worker = subprocess.Popen([args.server, "worker"],
+                                  env=dict(os.environ, DATABASE_URL=args.db_url, RUST_LOG="error"))
+        try:
+            summary = json.loads(watching.stdout.readline() or "{}")
+            after = metrics(args.port)
+            peak_rss = rss_mb(server.process.pid, "VmHWM")
+            watching.wait(timeout=120)
+        finally:
+            worker.terminate()
+            worker.wait(timeout=60)
+        # Until the server has closed every stream the watchers left.
+        for _ in range(600):
+            if metrics(args.port).get("conveyor_sse_clients", 0) == 0:
+                break
+            time.sleep(0.1)
+        end_rss = rss_mb(server.process.pid)
+    if summary.get("sawTheEnd") != watchers:
+        sys.exit(f"not every watcher saw the job end: {summary}")
+    changes = max(summary["changes"], 1)
+    return {
+        **summary,
+        "viewsReadsPerChange": (reads(after, "views") - reads(before, "views")) / changes,
+        "streamReads": reads(after, "stream") - reads(before, "stream"),
+        "startRss": start_rss, "peakRss": peak_rss, "endRss": end_rss,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--server", required=True, help="the release server binary")
+    parser.add_argument("--watchers-bin", required=True, help="the release watchers example")
+    parser.add_argument("--db-url", required=True)
+    parser.add_argument("--dir", required=True, help="where to keep the generated file")
+    parser.add_argument("--port", type=int, default=3401)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--watchers", default="500,2000,10000")
+    args = parser.parse_args()
+
+    os.makedirs(args.dir, exist_ok=True)
+    csv_path = os.path.join(args.dir, f"fanout-{args.rows}.csv")
+    generate(csv_path, args.rows)
+    sign_in(args, email="fanout-bench@example.com", role="admin")
+    print(f"Live fan-out: N watchers of one {args.rows:,}-row import's events")
+    for watchers in [int(n) for n in args.watchers.split(",")]:
+        run = one_run(args, csv_path, watchers)
+        goal = 50 if watchers <= 500 else 250
+        print(f"  {watchers:>6,} watchers: all saw the end; NOTIFY -> SSE p50 {run['p50Ms']:.0f} ms, "
+              f"p99 {run['p99Ms']:.0f} ms (max {run['maxMs']:.0f}; {run['deliveries']:,} "
+              f"deliveries of {run['changes']} changes); reads per change "
+              f"{run['viewsReadsPerChange']:.2f} shared + {run['streamReads']:.0f} by streams; "
+              f"RSS {run['startRss']:.0f} MB -> peak {run['peakRss']:.0f} MB -> "
+              f"{run['endRss']:.0f} MB after they left")
+        if watchers in (500, 10_000):
+            print(f"          goal p99 < {goal} ms: {'met' if run['p99Ms'] < goal else 'NOT met'}"
+                  + (f"; RSS < 300 MB: {'met' if run['peakRss'] < 300 else 'NOT met'}"
+                     if watchers == 10_000 else ""))
+
+
+if __name__ == "__main__":
+    main()
