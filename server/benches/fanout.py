@@ -9,7 +9,8 @@ watchers (`server/examples/watchers.rs`, one process holding every stream) open 
 Prints, per run:
   - whether every watcher saw the job end;
   - NOTIFY -> SSE latency, p50 / p99 over every delivery: from the watchers' own LISTEN
-    hearing a version of the job announced to a stream receiving that version;
+    hearing a version of the job announced to a stream receiving it (or a later version that
+    covers it: changes close together are merged, and then the earliest one is timed);
   - the server's database reads for live streams while the job ran (`/metrics`,
     `conveyor_progress_reads_total`), per announced change: the shared reader's (`views`) and
     the streams' own (`stream`: resyncs, lags);
@@ -23,6 +24,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -57,10 +59,10 @@ def reads(values, by):
     return values.get(f'conveyor_progress_reads_total{{by="{by}"}}', 0.0)
 
 
-def one_run(args, csv_path, watchers):
+def one_run(args, csv_path, watchers, run):
     env = {"CONVEYOR_MAX_STREAMS": str(watchers + 100)}
     with Server(args, workers=False, env=env) as server:
-        dataset = f"fanout_{watchers}"
+        dataset = f"fanout_{run}_{watchers}"
         server.post("/api/datasets", {"name": dataset, "columns": SCHEMA})
         upload_id = server.upload(csv_path)
         job = server.post("/api/jobs", {"jobType": "import", "fileGuid": upload_id,
@@ -71,20 +73,26 @@ def one_run(args, csv_path, watchers):
              "--token", AUTH["authorization"].split(" ", 1)[1], "--job", job["id"],
              "--watchers", str(watchers), "--db-url", args.db_url],
             stdout=subprocess.PIPE, text=True)
-        connected = json.loads(watching.stdout.readline() or "{}")
-        if connected.get("connected") != watchers:
-            sys.exit(f"the watchers did not all connect: {connected}")
-        before = metrics(args.port)
-        worker = subprocess.Popen([args.server, "worker"],
-                                  env=dict(os.environ, DATABASE_URL=args.db_url, RUST_LOG="error"))
+        worker = None
         try:
+            connected = json.loads(watching.stdout.readline() or "{}")
+            if connected.get("connected") != watchers:
+                sys.exit(f"the watchers did not all connect: {connected}")
+            before = metrics(args.port)
+            worker = subprocess.Popen(
+                [args.server, "worker"],
+                env=dict(os.environ, DATABASE_URL=args.db_url, RUST_LOG="error"))
             summary = json.loads(watching.stdout.readline() or "{}")
             after = metrics(args.port)
+            # The process's high-water mark: the upload before is streamed, a few MB.
             peak_rss = rss_mb(server.process.pid, "VmHWM")
             watching.wait(timeout=120)
         finally:
-            worker.terminate()
-            worker.wait(timeout=60)
+            watching.kill()
+            watching.wait()
+            if worker:
+                worker.terminate()
+                worker.wait(timeout=60)
         # Until the server has closed every stream the watchers left.
         for _ in range(600):
             if metrics(args.port).get("conveyor_sse_clients", 0) == 0:
@@ -114,13 +122,20 @@ def main():
     parser.add_argument("--watchers", default="500,2000,10000")
     args = parser.parse_args()
 
+    # A descriptor per stream, in the server and in the watchers (who inherit this limit).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    counts = [int(n) for n in args.watchers.split(",")]
+    wanted = max(counts) + 1_000
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        sys.exit(f"{max(counts):,} watchers need {wanted:,} open files; the hard limit is {hard:,}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
     os.makedirs(args.dir, exist_ok=True)
     csv_path = os.path.join(args.dir, f"fanout-{args.rows}.csv")
     generate(csv_path, args.rows)
     sign_in(args, email="fanout-bench@example.com", role="admin")
     print(f"Live fan-out: N watchers of one {args.rows:,}-row import's events")
-    for watchers in [int(n) for n in args.watchers.split(",")]:
-        run = one_run(args, csv_path, watchers)
+    for n, watchers in enumerate(counts):
+        run = one_run(args, csv_path, watchers, n)
         goal = 50 if watchers <= 500 else 250
         print(f"  {watchers:>6,} watchers: all saw the end; NOTIFY -> SSE p50 {run['p50Ms']:.0f} ms, "
               f"p99 {run['p99Ms']:.0f} ms (max {run['maxMs']:.0f}; {run['deliveries']:,} "

@@ -60,8 +60,11 @@ pub struct Shown {
 
 impl Shown {
     pub fn new(view: JobView) -> Self {
-        // A `JobView` is plain data: it always serializes.
-        let json = serde_json::to_string(&view).unwrap_or_default();
+        let json = serde_json::to_string(&view).unwrap_or_else(|err| {
+            // A `JobView` is plain data: this would be a bug, sent as an empty state.
+            tracing::error!(job = %view.id, "cannot serialize a job's view: {err}");
+            String::new()
+        });
         Self { view, json }
     }
 }
