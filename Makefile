@@ -11,7 +11,7 @@ PG := $(CURDIR)/.ci/pg.sh
 # cargo-leptos, wasm-bindgen (cargo install) and wasm-opt (npm binaryen) live here.
 export PATH := $(HOME)/.cargo/bin:$(CURDIR)/end2end/node_modules/.bin:$(PATH)
 
-.PHONY: tools db run test e2e bench fuzz fmt clean-db sqlx
+.PHONY: tools db run cluster test e2e bench fuzz fmt clean-db sqlx
 
 tools:
 	bash .ci/tools.sh
@@ -22,6 +22,20 @@ db:
 run: tools db
 	export DATABASE_URL="$${DATABASE_URL:-$$("$(PG)" url "$(PG_DIR)" conveyor)}"
 	cargo leptos serve
+
+# Many processes on one database, as production runs them: two servers without workers
+# (http://127.0.0.1:3000 and http://127.0.0.1:3001) and WORKERS=… (default 3) `server worker`
+# processes, from the release build. Ctrl-C stops them all.
+WORKERS ?= 3
+cluster: tools db
+	cargo leptos build --release
+	export DATABASE_URL="$${DATABASE_URL:-$$("$(PG)" url "$(PG_DIR)" conveyor)}"
+	trap 'kill $$(jobs -p) 2>/dev/null; wait' EXIT
+	for port in 3000 3001; do
+	  CONVEYOR_NO_WORKERS=1 LEPTOS_SITE_ADDR="127.0.0.1:$$port" target/release/server serve &
+	done
+	for n in $$(seq $(WORKERS)); do target/release/server worker & done
+	wait
 
 # $(call e2e,PROFILE,FLAGS,ARGS): builds the site (FLAGS go to `cargo leptos build`), then runs
 # Playwright, which starts target/PROFILE/server itself for each spec file, on a free port with

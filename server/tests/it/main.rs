@@ -35,5 +35,6 @@ mod progress_feed;
 mod queue_health;
 mod schema_pins;
 mod streamed_sheets;
+mod topology;
 mod workbooks;
 mod workers;

@@ -685,6 +685,29 @@ impl WorkerProcess {
         Self(child, log)
     }
 
+    /// The address a `serve` process listens on, once its log says (it logs at `info`).
+    pub async fn listening_url(&self) -> String {
+        let mut url = String::new();
+        until("the server to listen", || {
+            url = self
+                .log()
+                .lines()
+                .find_map(|line| {
+                    let after = line.split_once("listening on ")?.1;
+                    after.split_whitespace().next().map(str::to_owned)
+                })
+                .unwrap_or_default();
+            std::future::ready(!url.is_empty())
+        })
+        .await;
+        url
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
     /// The most memory the worker has held so far (its peak resident set), in bytes.
     pub fn peak_rss(&self) -> u64 {
         peak_rss_of(&format!("/proc/{}/status", self.0.id()))
