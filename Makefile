@@ -94,8 +94,9 @@ e2e: tools
 	$(call e2e,$(if $(RELEASE),release,debug),$(if $(RELEASE),--release),$(SPEC))
 
 # Import/export speed against raw COPY on this machine; ROWS=… (default 1,000,000) and
-# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile|preview|delete|items|fanout|admin|xml runs
-# one part. The items part runs 100,000 no-op items of a job type through 4 external workers. The fanout part
+# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile|preview|delete|items|topology|fanout|admin|xml
+# runs one part. The items part runs 100,000 no-op items of a job type through 4 external workers. The
+# topology part runs imports through two servers with 1, then 3 worker processes. The fanout part
 # has WATCHERS=… (default 500,2000,10000) browsers follow one running import's events. The admin part seeds JOBS=… (default 10,000,000) jobs and times the job list. The xml part (last; no database, no server) times our XLSX XML tokenizer against
 # quick-xml, each reading a workbook made like the XLSX part's (spreadsheet::xlsx::measure).
 XML_BENCH := cargo test --release -p server --lib spreadsheet::xlsx::measure -- --ignored --nocapture
@@ -106,7 +107,7 @@ bench: $(if $(filter xml,$(ONLY)),,tools)
 	trap '"$(PG)" stop "$(BENCH_PG_DIR)"' EXIT
 	"$(PG)" start "$(BENCH_PG_DIR)"
 	"$(PG)" recreate "$(BENCH_PG_DIR)" conveyor_bench
-	if [ "$(ONLY)" != admin ] && [ "$(ONLY)" != items ] && [ "$(ONLY)" != fanout ]; then python3 server/benches/imports.py \
+	if [ "$(ONLY)" != admin ] && [ "$(ONLY)" != items ] && [ "$(ONLY)" != fanout ] && [ "$(ONLY)" != topology ]; then python3 server/benches/imports.py \
 	  --server "$(CURDIR)/target/release/server" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench" \
 	  $(if $(ROWS),--rows $(ROWS)) $(if $(XLSX_ROWS),--xlsx-rows $(XLSX_ROWS)) $(if $(ONLY),--only $(ONLY)); fi
@@ -118,6 +119,9 @@ bench: $(if $(filter xml,$(ONLY)),,tools)
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --pg-log "$(BENCH_PG_DIR)/log" \
 	  --dir "$(CURDIR)/target/bench" \
 	  $(if $(JOBS),--jobs $(JOBS)); fi
+	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = topology ]; then python3 server/benches/topology.py \
+	  --server "$(CURDIR)/target/release/server" \
+	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench"; fi
 	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = fanout ]; then \
 	  cargo build --release -p server --example watchers && python3 server/benches/fanout.py \
 	  --server "$(CURDIR)/target/release/server" \
