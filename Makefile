@@ -30,12 +30,13 @@ WORKERS ?= 3
 cluster: tools db
 	cargo leptos build --release
 	export DATABASE_URL="$${DATABASE_URL:-$$("$(PG)" url "$(PG_DIR)" conveyor)}"
-	trap 'kill $$(jobs -p) 2>/dev/null; wait' EXIT
+	trap 'kill $$(jobs -p) 2>/dev/null || true; wait' EXIT
 	for port in 3000 3001; do
 	  CONVEYOR_NO_WORKERS=1 LEPTOS_SITE_ADDR="127.0.0.1:$$port" target/release/server serve &
 	done
 	for n in $$(seq $(WORKERS)); do target/release/server worker & done
-	wait
+	# Until one of them stops (a busy port, say): then the trap stops the others.
+	wait -n
 
 # $(call e2e,PROFILE,FLAGS,ARGS): builds the site (FLAGS go to `cargo leptos build`), then runs
 # Playwright, which starts target/PROFILE/server itself for each spec file, on a free port with
@@ -94,8 +95,8 @@ e2e: tools
 	$(call e2e,$(if $(RELEASE),release,debug),$(if $(RELEASE),--release),$(SPEC))
 
 # Import/export speed against raw COPY on this machine; ROWS=… (default 1,000,000) and
-# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile|preview|delete|items|topology|fanout|admin|xml
-# runs one part. The items part runs 100,000 no-op items of a job type through 4 external workers. The
+# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile|preview|delete|items|reads|topology|fanout|admin|xml
+# runs one part. The reads part loads GET /api/jobs/{id} against /healthz. The items part runs 100,000 no-op items of a job type through 4 external workers. The
 # topology part runs imports through two servers with 1, then 3 worker processes. The fanout part
 # has WATCHERS=… (default 500,2000,10000) browsers follow one running import's events. The admin part seeds JOBS=… (default 10,000,000) jobs and times the job list. The xml part (last; no database, no server) times our XLSX XML tokenizer against
 # quick-xml, each reading a workbook made like the XLSX part's (spreadsheet::xlsx::measure).
@@ -107,7 +108,7 @@ bench: $(if $(filter xml,$(ONLY)),,tools)
 	trap '"$(PG)" stop "$(BENCH_PG_DIR)"' EXIT
 	"$(PG)" start "$(BENCH_PG_DIR)"
 	"$(PG)" recreate "$(BENCH_PG_DIR)" conveyor_bench
-	if [ "$(ONLY)" != admin ] && [ "$(ONLY)" != items ] && [ "$(ONLY)" != fanout ] && [ "$(ONLY)" != topology ]; then python3 server/benches/imports.py \
+	if [ "$(ONLY)" != admin ] && [ "$(ONLY)" != items ] && [ "$(ONLY)" != fanout ] && [ "$(ONLY)" != topology ] && [ "$(ONLY)" != reads ]; then python3 server/benches/imports.py \
 	  --server "$(CURDIR)/target/release/server" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench" \
 	  $(if $(ROWS),--rows $(ROWS)) $(if $(XLSX_ROWS),--xlsx-rows $(XLSX_ROWS)) $(if $(ONLY),--only $(ONLY)); fi
@@ -119,6 +120,11 @@ bench: $(if $(filter xml,$(ONLY)),,tools)
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --pg-log "$(BENCH_PG_DIR)/log" \
 	  --dir "$(CURDIR)/target/bench" \
 	  $(if $(JOBS),--jobs $(JOBS)); fi
+	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = reads ]; then \
+	  cargo build --release -p server --example load && python3 server/benches/reads.py \
+	  --server "$(CURDIR)/target/release/server" \
+	  --load-bin "$(CURDIR)/target/release/examples/load" \
+	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench"; fi
 	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = topology ]; then python3 server/benches/topology.py \
 	  --server "$(CURDIR)/target/release/server" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench"; fi

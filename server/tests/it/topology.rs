@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::support::{
-    Events, TestDb, TestServer, WorkerProcess, account, csv, file_form, password_of, stored_rows,
-    until,
+    Events, TestDb, TestServer, WorkerProcess, account, csv, file_form, install_trigger,
+    password_of, stored_rows, until,
 };
 
 const ROWS: usize = 600;
@@ -84,6 +84,18 @@ async fn two_servers_and_three_workers_share_one_database_through_a_worker_kille
         watchers.push(events);
     }
 
+    // Every part's rows wait while the test holds an advisory lock: a part seen running cannot
+    // commit before the worker running it is killed.
+    let mut gate = db.pool.acquire().await.unwrap();
+    sqlx::query("select pg_advisory_lock(42)")
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+    install_trigger(
+        &db,
+        "perform pg_advisory_lock_shared(42); perform pg_advisory_unlock_shared(42);",
+    )
+    .await;
     let mut workers: Vec<WorkerProcess> = (0..3)
         .map(|_| WorkerProcess::start(&db, CHUNK_ROWS))
         .collect();
@@ -93,7 +105,7 @@ async fn two_servers_and_three_workers_share_one_database_through_a_worker_kille
     until("a worker to be running a part", || async {
         let found = sqlx::query_as(
             "select w.pid, w.process from job_runs r
-             join worker_processes w on r.run like w.process || '/%'
+             join worker_processes w on split_part(r.run, '/', 1) = w.process
              where r.ended_at is null and r.chunk_no is not null and w.pid = any($1)
              limit 1",
         )
@@ -109,6 +121,10 @@ async fn two_servers_and_three_workers_share_one_database_through_a_worker_kille
     let (pid, process) = running.into_inner().unwrap().unwrap();
     let killed = workers.iter().position(|w| w.pid() as i32 == pid).unwrap();
     workers.remove(killed).kill_9();
+    sqlx::query("select pg_advisory_unlock(42)")
+        .execute(&mut *gate)
+        .await
+        .unwrap();
 
     let finished = join_all(watchers.iter_mut().map(Events::finished)).await;
     for ((id, _), job) in jobs.iter().zip(&finished) {
@@ -124,7 +140,7 @@ async fn two_servers_and_three_workers_share_one_database_through_a_worker_kille
         );
     }
     let lost: i64 = sqlx::query_scalar(
-        "select count(*) from job_runs where run like $1 || '/%' and outcome = 'lost'",
+        "select count(*) from job_runs where split_part(run, '/', 1) = $1 and outcome = 'lost'",
     )
     .bind(&process)
     .fetch_one(&db.pool)
