@@ -5,7 +5,7 @@
 //! and day's charts add up, exactly.
 
 use crate::support::{
-    TestDb, TestServer, WorkerProcess, account, csv, install_trigger, json_of, until, until_one,
+    Gate, TestDb, TestServer, WorkerProcess, account, csv, json_of, until, until_one,
 };
 use app::{
     auth::Role,
@@ -58,16 +58,7 @@ async fn the_queue_shows_processes_backlog_and_throughput() {
 
     // Every chunk waits while the test holds an advisory lock, so the first worker is inside a
     // chunk's run when it is killed.
-    let mut gate = db.pool.acquire().await.unwrap();
-    sqlx::query("select pg_advisory_lock(42)")
-        .execute(&mut *gate)
-        .await
-        .unwrap();
-    install_trigger(
-        &db,
-        "perform pg_advisory_lock_shared(42); perform pg_advisory_unlock_shared(42);",
-    )
-    .await;
+    let gate = Gate::close(&db).await;
     let first = WorkerProcess::start(&db, 100);
     assert_eq!(server.finished(failing.id).await.status, JobStatus::Failed);
     until_one(
@@ -95,10 +86,7 @@ async fn the_queue_shows_processes_backlog_and_throughput() {
             .any(|p| p.process == killed && p.state == ProcessState::Gone)
     })
     .await;
-    sqlx::query("select pg_advisory_unlock(42)")
-        .execute(&mut *gate)
-        .await
-        .unwrap();
+    gate.open().await;
 
     let second = WorkerProcess::start(&db, 100);
     let done = server.finished(job.id).await;

@@ -908,6 +908,34 @@ pub async fn until_one(db: &TestDb, what: &str, count: &'static str) {
     .await;
 }
 
+/// Every part's rows held at a gate: an advisory lock the test holds, which a trigger on
+/// `dataset_rows` waits for. A part seen running cannot commit until the gate is opened: how a
+/// test kills a worker inside a part, never just after it.
+pub struct Gate(sqlx::pool::PoolConnection<sqlx::Postgres>);
+
+impl Gate {
+    pub async fn close(db: &TestDb) -> Self {
+        let mut held = db.pool.acquire().await.unwrap();
+        sqlx::query("select pg_advisory_lock(42)")
+            .execute(&mut *held)
+            .await
+            .unwrap();
+        install_trigger(
+            db,
+            "perform pg_advisory_lock_shared(42); perform pg_advisory_unlock_shared(42);",
+        )
+        .await;
+        Self(held)
+    }
+
+    pub async fn open(mut self) {
+        sqlx::query("select pg_advisory_unlock(42)")
+            .execute(&mut *self.0)
+            .await
+            .unwrap();
+    }
+}
+
 /// Makes every insert into `dataset_rows` run `body` (PL/pgSQL, the calling test's own
 /// constant) first: how tests make chunks slow or failing while the worker under test is the
 /// real binary, unchanged.

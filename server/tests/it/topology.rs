@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::support::{
-    Events, TestDb, TestServer, WorkerProcess, account, csv, file_form, install_trigger,
-    password_of, stored_rows, until,
+    Events, Gate, TestDb, TestServer, WorkerProcess, account, csv, file_form, password_of,
+    stored_rows, until,
 };
 
 const ROWS: usize = 600;
@@ -86,16 +86,7 @@ async fn two_servers_and_three_workers_share_one_database_through_a_worker_kille
 
     // Every part's rows wait while the test holds an advisory lock: a part seen running cannot
     // commit before the worker running it is killed.
-    let mut gate = db.pool.acquire().await.unwrap();
-    sqlx::query("select pg_advisory_lock(42)")
-        .execute(&mut *gate)
-        .await
-        .unwrap();
-    install_trigger(
-        &db,
-        "perform pg_advisory_lock_shared(42); perform pg_advisory_unlock_shared(42);",
-    )
-    .await;
+    let gate = Gate::close(&db).await;
     let mut workers: Vec<WorkerProcess> = (0..3)
         .map(|_| WorkerProcess::start(&db, CHUNK_ROWS))
         .collect();
@@ -121,10 +112,7 @@ async fn two_servers_and_three_workers_share_one_database_through_a_worker_kille
     let (pid, process) = running.into_inner().unwrap().unwrap();
     let killed = workers.iter().position(|w| w.pid() as i32 == pid).unwrap();
     workers.remove(killed).kill_9();
-    sqlx::query("select pg_advisory_unlock(42)")
-        .execute(&mut *gate)
-        .await
-        .unwrap();
+    gate.open().await;
 
     let finished = join_all(watchers.iter_mut().map(Events::finished)).await;
     for ((id, _), job) in jobs.iter().zip(&finished) {
