@@ -174,9 +174,7 @@ impl Views {
             }
         }
     }
-}
 
-impl Views {
     /// Once [`COALESCE`] has passed since `last_read` and every stream has taken the views it
     /// sent (or [`MAX_BEHIND`] has passed: a stream that reads no more lags, and reads again
     /// for itself). With thousands of streams, sending one view to all of them takes longer
