@@ -95,8 +95,8 @@ e2e: tools
 	$(call e2e,$(if $(RELEASE),release,debug),$(if $(RELEASE),--release),$(SPEC))
 
 # Import/export speed against raw COPY on this machine; ROWS=… (default 1,000,000) and
-# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|xlsx|kill|hostile|preview|delete|items|reads|topology|fanout|admin|xml
-# runs one part. The reads part loads GET /api/jobs/{id} against /healthz. The items part runs 100,000 no-op items of a job type through 4 external workers. The
+# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|export|xlsx|kill|hostile|preview|delete|items|reads|topology|fanout|admin|xml
+# runs one part. The export part times CSV export (created -> downloaded) against `\copy … to`, then XLSX export against it. The reads part loads GET /api/jobs/{id} against /healthz. The items part runs 100,000 no-op items of a job type through 4 external workers. The
 # topology part runs imports through two servers with 1, then 3 worker processes. The fanout part
 # has WATCHERS=… (default 500,2000,10000) browsers follow one running import's events. The admin part seeds JOBS=… (default 10,000,000) jobs and times the job list. The xml part (last; no database, no server) times our XLSX XML tokenizer against
 # quick-xml, each reading a workbook made like the XLSX part's (spreadsheet::xlsx::measure).

@@ -8,7 +8,8 @@ Prints, for generated files on this machine:
     running server (each measurement starts a fresh server; its first import, also shown,
     pays for opening the database connections),
   - their ratio to COPY, and the server's peak RSS;
-  - rows/s of exporting the dataset back to CSV;
+  - rows/s of exporting the dataset back to CSV, created -> downloaded, next to `psql \\copy … to`
+    of the same rows from a typed table, and of exporting it as XLSX;
   - the same for a smaller XLSX file (made by our own XLSX export) and its export;
   - the time from `kill -9` of a worker mid-chunk to that chunk running again elsewhere;
   - the server's peak RSS importing a 300 MB file that is one quoted field;
@@ -61,14 +62,15 @@ def psql(url, *args):
     return done.stdout
 
 
-def raw_copy(url, path, rows):
+def raw_copy(url, path, rows, keep=False):
     psql(url, "-c", "drop table if exists bench_copy; create table bench_copy (id bigint primary key, "
          "name text, email text, amount numeric, born date, active boolean, city text, "
          "country text, score integer, note text)")
     start = time.monotonic()
     psql(url, "-c", f"\\copy bench_copy from '{path}' with (format csv, header true)")
     elapsed = time.monotonic() - start
-    psql(url, "-c", "drop table bench_copy")
+    if not keep:
+        psql(url, "-c", "drop table bench_copy")
     return rows / elapsed, elapsed
 
 
@@ -238,11 +240,25 @@ def imported(args, path, rows, dataset):
 
 
 def exported(args, dataset, rows, fmt, path):
+    """An export on a fresh server (see `export_once`), with the server's peak RSS."""
     with Server(args) as server:
-        job, seconds = server.run_job({"jobType": "export", "dataset": dataset, "format": fmt}, rows)
-        server.download(job, path)
-        return {"rps": rows / seconds, "s": seconds, "rss_mb": server.peak_rss_mb(),
-                "mb": os.path.getsize(path) / 1e6}
+        return {**export_once(server, dataset, rows, fmt, path), "rss_mb": server.peak_rss_mb()}
+
+
+def export_once(server, dataset, rows, fmt, path):
+    """Creates an export and follows it until its file is downloaded to `path`."""
+    start = time.monotonic()
+    job, _ = server.run_job({"jobType": "export", "dataset": dataset, "format": fmt}, rows)
+    server.download(job, path)
+    seconds = time.monotonic() - start
+    return {"rps": rows / seconds, "s": seconds, "mb": os.path.getsize(path) / 1e6}
+
+
+def copy_out(url, rows, path):
+    """rows/s of `psql \\copy … to` a CSV file from the typed table `raw_copy` kept."""
+    start = time.monotonic()
+    psql(url, "-c", f"\\copy bench_copy to '{path}' with (format csv, header true)")
+    return rows / (time.monotonic() - start)
 
 
 def worker(args):
@@ -324,13 +340,44 @@ def csv_part(args, run):
     size_mb = os.path.getsize(path) / 1e6
     (copy_rps, copy_s), csv_import = median_import(
         args, path, args.rows, f"bench_{run}", lambda: raw_copy(args.db_url, path, args.rows))
-    csv_export = exported(args, f"bench_{run}", args.rows, "csv", os.path.join(args.dir, "export.csv"))
     print(f"CSV: {args.rows:,} rows x {len(COLUMNS)} columns, {size_mb:.0f} MB, {os.cpu_count()} cores; "
           f"imports validate every cell against a typed schema; medians of {args.repeat} runs")
     print(f"  raw COPY (psql \\copy, typed table + primary key)  {copy_rps:>10,.0f} rows/s  ({copy_s:.1f} s)")
     report_import("CSV import", csv_import, copy_rps)
-    print(f"  CSV export, created -> file ready  {csv_export['rps']:>10,.0f} rows/s  "
-          f"({csv_export['s']:.1f} s, {csv_export['mb']:.0f} MB, peak RSS {csv_export['rss_mb']:,.0f} MB)")
+
+
+def export_part(args, run):
+    """CSV export of the generated rows, created -> downloaded, against `\\copy … to` of the same
+    rows from a typed table, alternating (`--repeat` pairs), on one running server that
+    imported them; then XLSX export of the same dataset against our CSV export."""
+    path = os.path.abspath(os.path.join(args.dir, f"bench-{args.rows}.csv"))
+    generate(path, args.rows)
+    dataset = f"bench_{run}_e"
+    raw_copy(args.db_url, path, args.rows, keep=True)
+    copies, exports = [], []
+    with Server(args) as server:
+        server.post("/api/datasets", {"name": dataset, "columns": SCHEMA})
+        upload_id = server.upload(path)
+        server.run_job({"jobType": "import", "fileGuid": upload_id, "dataset": dataset}, args.rows)
+        for _ in range(args.repeat):
+            copies.append(copy_out(args.db_url, args.rows, os.path.join(args.dir, "copy.csv")))
+            exports.append(export_once(server, dataset, args.rows, "csv",
+                                       os.path.join(args.dir, "export.csv")))
+        xlsx = export_once(server, dataset, args.rows, "xlsx", os.path.join(args.dir, "export.xlsx"))
+        rss = server.peak_rss_mb()
+    psql(args.db_url, "-c", "drop table bench_copy")
+    copy = sorted(copies)[len(copies) // 2]
+    csv = sorted(exports, key=lambda one: one["rps"])[len(exports) // 2]
+    ratios = [one["rps"] / c for one, c in zip(exports, copies)]
+    print(f"Export: {args.rows:,} rows x {len(COLUMNS)} columns; medians of {args.repeat} runs")
+    print(f"  raw \\copy (typed table) to a CSV file  {copy:>10,.0f} rows/s")
+    print(f"  CSV export, created -> downloaded   {csv['rps']:>10,.0f} rows/s  "
+          f"({csv['s']:.2f} s, {csv['mb']:.0f} MB; server peak RSS {rss:,.0f} MB, importing too)")
+    print(f"    ratio to \\copy: {csv['rps'] / copy:.2f} (goal: >= 0.5); in each run "
+          f"{min(ratios):.2f} to {max(ratios):.2f}")
+    print(f"  XLSX export, created -> downloaded  {xlsx['rps']:>10,.0f} rows/s  "
+          f"({xlsx['s']:.1f} s, {xlsx['mb']:.0f} MB)")
+    print(f"    ratio to our CSV export: {xlsx['rps'] / csv['rps']:.2f} (goal: >= 0.5)")
 
 
 def xlsx_file(args, run):
@@ -450,7 +497,7 @@ def delete_part(args, run):
           f"server peak RSS {rss:,.0f} MB")
 
 
-PARTS = {"csv": csv_part, "xlsx": xlsx_part, "kill": kill_part, "hostile": hostile_part,
+PARTS = {"csv": csv_part, "export": export_part, "xlsx": xlsx_part, "kill": kill_part, "hostile": hostile_part,
          "preview": preview_part, "delete": delete_part}
 
 

@@ -21,7 +21,6 @@ use super::{
     jobs::{job_id, no_such_job},
 };
 use crate::{
-    auth::Sees,
     jobs::export::{CSV_TYPE, XLSX_TYPE},
     store::{jobs, uploads},
 };
@@ -48,17 +47,18 @@ pub async fn download(
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let id = job_id(id)?;
-    let (result, dataset, format) = jobs::export_result(&state.pool, id, caller.sees())
+    let jobs::ExportResult {
+        file,
+        dataset,
+        format,
+    } = jobs::export_result(&state.pool, id, caller.sees())
         .await?
         .ok_or_else(|| no_such_job(id))?;
-    let Some(upload_id) = result else {
+    let Some((upload_id, size)) = file else {
         return Err(ApiError::Conflict(
             "The export has no file yet: it is not complete.".into(),
         ));
     };
-    let upload = uploads::find(&state.pool, upload_id, Sees::Everything)
-        .await?
-        .ok_or_else(|| no_such_job(id))?;
     let content_type = match format {
         ExportFormat::Xlsx => XLSX_TYPE,
         ExportFormat::Csv => CSV_TYPE,
@@ -69,7 +69,7 @@ pub async fn download(
         [
             (CONTENT_TYPE, HeaderValue::from_static(content_type)),
             (CONTENT_DISPOSITION, disposition),
-            (CONTENT_LENGTH, HeaderValue::from(upload.size)),
+            (CONTENT_LENGTH, HeaderValue::from(size)),
         ],
         Body::from_stream(body),
     )

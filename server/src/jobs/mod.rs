@@ -62,6 +62,8 @@ pub struct Engine {
     pub pool: PgPool,
     /// Rows per chunk when a job is planned.
     pub chunk_rows: usize,
+    /// Rows per chunk when an export is planned.
+    pub export_chunk_rows: usize,
     /// The program run as `<converter> convert` to turn a workbook into CSV.
     pub converter: PathBuf,
 }
@@ -71,6 +73,7 @@ impl Engine {
         Ok(Self {
             pool,
             chunk_rows: args.chunk_rows,
+            export_chunk_rows: args.export_chunk_rows,
             converter: args.converter_path()?,
         })
     }

@@ -7,6 +7,8 @@
 //! and in SQL `string_to_array(record, E'\x1f', E'\x1e0')` gives the values (with those two
 //! rare characters still escaped).
 
+use std::borrow::Cow;
+
 const SEPARATOR: char = '\u{1f}';
 const ESCAPE: char = '\u{1e}';
 const NULL: &str = "\u{1e}0";
@@ -53,29 +55,42 @@ impl RecordWriter {
 
 /// The values of a stored record.
 pub fn decode(record: &str) -> Vec<Option<String>> {
-    record.split(SEPARATOR).map(decode_value).collect()
+    values(record.as_bytes())
+        .map(|value| value.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()))
+        .collect()
 }
 
-fn decode_value(value: &str) -> Option<String> {
-    if value == NULL {
+/// The values of a stored record's bytes, borrowed unless they hold an escape; `None` for
+/// null. An export renders its rows from these without making a `String` of each.
+pub fn values(record: &[u8]) -> impl Iterator<Item = Option<Cow<'_, [u8]>>> {
+    record.split(|&byte| byte == SEPARATOR as u8).map(value)
+}
+
+fn value(value: &[u8]) -> Option<Cow<'_, [u8]>> {
+    if value == NULL.as_bytes() {
         return None;
     }
-    if !value.contains(ESCAPE) {
-        return Some(value.to_owned());
+    let escape = ESCAPE as u8;
+    if !value.contains(&escape) {
+        return Some(Cow::Borrowed(value));
     }
-    let mut text = String::with_capacity(value.len());
-    let mut chars = value.chars();
-    while let Some(c) = chars.next() {
-        if c != ESCAPE {
-            text.push(c);
-        } else if chars.next() == Some('2') {
-            text.push(SEPARATOR);
+    let mut bytes = Vec::with_capacity(value.len());
+    let mut rest = value.iter().copied().peekable();
+    while let Some(byte) = rest.next() {
+        if byte != escape {
+            bytes.push(byte);
+        } else if rest.next_if_eq(&b'2').is_some() {
+            bytes.push(SEPARATOR as u8);
         } else {
-            // `\x1e1`, or whatever a hand-edited row holds.
-            text.push(ESCAPE);
+            // `\x1e1`, or whatever a hand-edited row holds: the escape, and the character
+            // after it goes (all of its bytes).
+            bytes.push(escape);
+            if rest.next().is_some() {
+                while rest.next_if(|&b| b & 0xc0 == 0x80).is_some() {}
+            }
         }
     }
-    Some(text)
+    Some(Cow::Owned(bytes))
 }
 
 #[cfg(test)]

@@ -41,9 +41,17 @@ fn line<'a>(cells: impl Iterator<Item = &'a str>) -> Vec<u8> {
     writer.into_inner().unwrap_or_default()
 }
 
+/// Whether a spreadsheet would take the cell for a formula.
+pub fn starts_formula(cell: &[u8]) -> bool {
+    matches!(
+        cell.first(),
+        Some(b'=' | b'+' | b'-' | b'@' | b'\t' | b'\r')
+    )
+}
+
 /// The cell, made inert for spreadsheets when it would start a formula.
 pub fn neutralize(cell: &str) -> Cow<'_, str> {
-    if cell.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+    if starts_formula(cell.as_bytes()) {
         Cow::Owned(format!("'{cell}"))
     } else {
         Cow::Borrowed(cell)
@@ -53,7 +61,7 @@ pub fn neutralize(cell: &str) -> Cow<'_, str> {
 /// A cell of a fixed report as it was before [`neutralize`] (`from_report`), else as it is.
 pub fn restored(cell: &str, from_report: bool) -> &str {
     match cell.strip_prefix('\'') {
-        Some(rest) if from_report && rest.starts_with(['=', '+', '-', '@', '\t', '\r']) => rest,
+        Some(rest) if from_report && starts_formula(rest.as_bytes()) => rest,
         _ => cell,
     }
 }

@@ -228,6 +228,15 @@ pub async fn row_count(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<i64> {
         .await
 }
 
+/// How many rows a dataset holds, its row locked against updates until the transaction ends:
+/// imports and deletions count their rows on it in the transaction that writes them, so none
+/// commits rows that this count misses (an export's plan, which then cuts the rows into ranges).
+pub async fn row_count_held(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar!("select row_count from datasets where id = $1 for share", id)
+        .fetch_one(conn)
+        .await
+}
+
 /// The id of `owner`'s `ready` dataset with this name.
 pub async fn id_of(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Result<Option<Uuid>> {
     sqlx::query_scalar!(

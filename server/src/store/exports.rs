@@ -1,86 +1,97 @@
-//! Export jobs' SQL: cutting a dataset's rows into chunks by key range, reading a chunk's rows,
-//! and the rendered parts waiting to be assembled into the file.
+//! Export jobs' SQL: cutting a dataset's rows into chunks by key range without reading them,
+//! and reading a chunk's rows with `COPY … TO STDOUT`.
+//!
+//! A range's rows come out of one `COPY` in PostgreSQL's binary format: no per-row message
+//! decoding or allocation on our side, so the chunk's CSV is rendered straight from the bytes.
 
+use bytes::Bytes;
 use futures::Stream;
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool, postgres::PgPoolCopyExt};
 use uuid::Uuid;
 
 use super::states::ChunkState;
-use crate::spreadsheet::record;
 
-/// A run of a dataset's rows, both ends included, by position (see
-/// [`super::datasets::position`]).
+/// A run of a dataset's rows by position (see [`super::datasets::position`]), both ends
+/// included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowRange {
-    /// The range's first row, counting from 1 in the whole export.
-    pub first_row: i64,
-    pub row_count: i32,
     pub from_pos: i64,
     pub to_pos: i64,
 }
 
-/// Cuts the dataset's rows, in order, into ranges of `chunk_rows`: one pass over the primary
-/// key that returns only the rows where a range starts or ends.
+impl RowRange {
+    /// The positions in the range: its row count when no row in it was removed since it was
+    /// imported (an upsert by key moves a row to its new import's positions).
+    pub fn span(&self) -> i64 {
+        self.to_pos - self.from_pos + 1
+    }
+}
+
+/// Cuts the dataset's rows, in order, into ranges of at most `chunk_rows` positions, reading
+/// only a few index entries per import: positions are the importing job's number then the
+/// row's number in its file, so each import's rows are cut by row number. A range may hold
+/// fewer rows than positions (rows removed since), or none.
+///
+/// Counting each range's rows instead would read every index entry: a million rows took
+/// 0.28–0.46 s that way (the old plan), next to about 0.8 s for a whole `\copy … to`.
 pub async fn plan_ranges(
     conn: &mut PgConnection,
     dataset_id: Uuid,
     chunk_rows: i64,
 ) -> sqlx::Result<Vec<RowRange>> {
-    let edges = sqlx::query!(
-        r#"select n as "n!", pos, last as "last!"
-         from (select pos, row_number() over keys as n, lead(pos) over keys is null as last
-               from dataset_rows where dataset_id = $1
-               window keys as (order by pos)) numbered
-         where (n - 1) % $2 = 0 or n % $2 = 0 or last
-         order by n"#,
+    sqlx::query_as!(
+        RowRange,
+        r#"with recursive imports (first_pos) as (
+               select min(pos) from dataset_rows where dataset_id = $1
+             union all
+               select (select min(pos) from dataset_rows
+                       where dataset_id = $1 and pos >= ((i.first_pos >> 32) + 1) << 32)
+               from imports i where i.first_pos is not null
+           )
+           select greatest(i.first_pos, ((i.first_pos >> 32) << 32) | (k * $2)) as "from_pos!",
+                  least(l.last_pos, ((i.first_pos >> 32) << 32) | ((k + 1) * $2 - 1))
+                      as "to_pos!"
+           from imports i
+           cross join lateral (
+               select max(pos) as last_pos from dataset_rows
+               where dataset_id = $1 and pos < ((i.first_pos >> 32) + 1) << 32) l
+           cross join lateral generate_series((i.first_pos & 4294967295) / $2,
+                                              (l.last_pos & 4294967295) / $2) k
+           where i.first_pos is not null
+           order by 1"#,
         dataset_id,
-        chunk_rows
+        chunk_rows,
     )
     .fetch_all(conn)
-    .await?;
-    let mut ranges = Vec::with_capacity(edges.len() / 2 + 1);
-    let mut open: Option<(i64, i64)> = None;
-    for edge in edges {
-        let (n, pos, last) = (edge.n, edge.pos, edge.last);
-        if (n - 1) % chunk_rows == 0 {
-            open = Some((n, pos));
-        }
-        if (n % chunk_rows == 0 || last)
-            && let Some((first_row, from_pos)) = open.take()
-        {
-            ranges.push(RowRange {
-                first_row,
-                row_count: (n - first_row + 1) as i32,
-                from_pos,
-                to_pos: pos,
-            });
-        }
-    }
-    Ok(ranges)
+    .await
 }
 
+/// Records the plan's ranges as the job's chunks. A chunk's `first_row` and `row_count` are
+/// what its positions say (exact unless rows were removed from the range): its rows are
+/// counted when it runs, and the export checks the total at its end.
 pub async fn insert_chunks(
     conn: &mut PgConnection,
     job_id: Uuid,
     ranges: &[RowRange],
 ) -> sqlx::Result<()> {
     let chunk_nos: Vec<i32> = (0..ranges.len() as i32).collect();
-    let first_rows: Vec<i64> = ranges.iter().map(|r| r.first_row).collect();
-    let row_counts: Vec<i32> = ranges.iter().map(|r| r.row_count).collect();
     let from: Vec<i64> = ranges.iter().map(|r| r.from_pos).collect();
     let to: Vec<i64> = ranges.iter().map(|r| r.to_pos).collect();
+    let spans: Vec<i32> = ranges.iter().map(|r| r.span() as i32).collect();
     sqlx::query!(
         "insert into job_chunks (job_id, chunk_no, first_row, row_count, byte_start, byte_end,
                                  from_pos, to_pos)
-         select $1, c.chunk_no, c.first_row, c.row_count, 0, 0, c.from_pos, c.to_pos
-         from unnest($2::int[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint[])
-              as c(chunk_no, first_row, row_count, from_pos, to_pos)",
+         select $1, c.chunk_no, 1 + coalesce(sum(c.span) over before, 0), c.span, 0, 0,
+                c.from_pos, c.to_pos
+         from unnest($2::int[], $3::bigint[], $4::bigint[], $5::int[])
+              as c(chunk_no, from_pos, to_pos, span)
+         window before as (order by c.chunk_no rows between unbounded preceding
+                                                       and 1 preceding)",
         job_id,
         &chunk_nos,
-        &first_rows,
-        &row_counts,
         &from,
         &to,
+        &spans,
     )
     .execute(conn)
     .await?;
@@ -95,7 +106,7 @@ pub async fn pending_range(
 ) -> sqlx::Result<Option<RowRange>> {
     sqlx::query_as!(
         RowRange,
-        r#"select first_row, row_count, from_pos as "from_pos!", to_pos as "to_pos!"
+        r#"select from_pos as "from_pos!", to_pos as "to_pos!"
            from job_chunks
            where job_id = $1 and chunk_no = $2 and state = $3 and from_pos is not null"#,
         job_id,
@@ -106,54 +117,125 @@ pub async fn pending_range(
     .await
 }
 
-/// The rows of a range (their values in dataset column order), in order.
-pub async fn rows_in(
+/// The range's records (see [`crate::spreadsheet::record`]), in order, as `COPY` sends them: one
+/// message per row (PostgreSQL never splits a row across messages), the first after the
+/// format's header; read each with [`CopiedRecords::of`]. Holds a connection of its own until
+/// it ends: read it to the end (a half-read `COPY` left on a pooled connection would answer
+/// that connection's next query).
+pub async fn records_in(
     pool: &PgPool,
     dataset_id: Uuid,
     range: &RowRange,
-) -> sqlx::Result<Vec<Vec<Option<String>>>> {
-    sqlx::query_scalar!(
-        "select record from dataset_rows
-         where dataset_id = $1 and pos between $2 and $3
-         order by pos",
-        dataset_id,
-        range.from_pos,
-        range.to_pos,
-    )
-    .fetch_all(pool)
-    .await
-    .map(|records: Vec<String>| records.iter().map(|r| record::decode(r)).collect())
+) -> sqlx::Result<impl Stream<Item = sqlx::Result<Bytes>> + Send + 'static> {
+    // `COPY` takes no parameters: the values are a uuid and two integers, written by us.
+    let statement = format!(
+        "copy (select record from dataset_rows
+               where dataset_id = '{dataset_id}' and pos between {} and {}
+               order by pos)
+         to stdout (format binary)",
+        range.from_pos, range.to_pos
+    );
+    pool.copy_out_raw(&statement).await
 }
 
-pub async fn insert_part(
+/// Reads the records out of the messages of [`records_in`], in PostgreSQL's binary `COPY`
+/// format: a header first; then per row a 16-bit field count (-1 after the last row) and per
+/// field a 32-bit length and the bytes.
+#[derive(Debug, Default)]
+pub struct CopiedRecords {
+    after_header: bool,
+}
+
+impl CopiedRecords {
+    /// The records in one message (UTF-8 bytes, as PostgreSQL keeps text); an error if the
+    /// bytes are not the one-text-column rows we asked for.
+    pub fn of<'m>(&mut self, message: &'m [u8]) -> RecordIter<'m> {
+        let rest = if std::mem::replace(&mut self.after_header, true) {
+            Some(message)
+        } else {
+            // The signature, 32 bits of flags, then the length of a header extension to skip.
+            message.strip_prefix(SIGNATURE).and_then(|rest| {
+                let extension = u32::from_be_bytes(rest.get(4..8)?.try_into().ok()?) as usize;
+                rest.get(8 + extension..)
+            })
+        };
+        RecordIter { rest, ended: false }
+    }
+}
+
+/// What every binary `COPY` starts with.
+const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
+
+/// The records of one message of a binary `COPY` (see [`CopiedRecords`]).
+pub struct RecordIter<'m> {
+    /// What is left to read; `None` when the header was not a binary `COPY`'s.
+    rest: Option<&'m [u8]>,
+    ended: bool,
+}
+
+impl<'m> RecordIter<'m> {
+    fn take(&mut self) -> sqlx::Result<Option<&'m [u8]>> {
+        let rest = self.rest.ok_or_else(malformed)?;
+        let Some(fields) = rest.get(..2) else {
+            // The end of the message.
+            return Ok(None);
+        };
+        match i16::from_be_bytes([fields[0], fields[1]]) {
+            // The trailer, after the last row.
+            -1 => return Ok(None),
+            1 => {}
+            _ => return Err(malformed()),
+        }
+        let length = rest.get(2..6).ok_or_else(malformed)?;
+        let length = i32::from_be_bytes([length[0], length[1], length[2], length[3]]);
+        let end = 6 + usize::try_from(length).map_err(|_| malformed())?;
+        let record = rest.get(6..end).ok_or_else(malformed)?;
+        self.rest = Some(&rest[end..]);
+        Ok(Some(record))
+    }
+}
+
+impl<'m> Iterator for RecordIter<'m> {
+    type Item = sqlx::Result<&'m [u8]>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.ended {
+            return None;
+        }
+        let taken = self.take();
+        self.ended = !matches!(taken, Ok(Some(_)));
+        taken.transpose()
+    }
+}
+
+fn malformed() -> sqlx::Error {
+    sqlx::Error::Protocol("an export's COPY returned rows in an unexpected shape".into())
+}
+
+/// Whether a finished export wrote as many rows as the dataset held when it was planned: if
+/// not, rows were added to or removed from it meanwhile, and the file would miss or repeat
+/// some.
+pub async fn wrote_every_row(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<bool> {
+    sqlx::query_scalar!(
+        r#"select rows_ok = item_count as "same!" from jobs where id = $1"#,
+        job_id
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Records the file a planned export's chunks write (see `uploads::create_output`).
+pub async fn set_output(
     conn: &mut PgConnection,
     job_id: Uuid,
-    chunk_no: i32,
-    data: &[u8],
+    upload_id: Uuid,
 ) -> sqlx::Result<()> {
     sqlx::query!(
-        "insert into export_parts (job_id, chunk_no, data) values ($1, $2, $3)",
+        "update jobs set output_upload_id = $2 where id = $1",
         job_id,
-        chunk_no,
-        data,
+        upload_id
     )
     .execute(conn)
     .await?;
-    Ok(())
-}
-
-/// The rendered parts, in chunk order.
-pub fn parts(pool: &PgPool, job_id: Uuid) -> impl Stream<Item = sqlx::Result<Vec<u8>>> + Send + '_ {
-    sqlx::query_scalar!(
-        "select data from export_parts where job_id = $1 order by chunk_no",
-        job_id,
-    )
-    .fetch(pool)
-}
-
-pub async fn delete_parts(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<()> {
-    sqlx::query!("delete from export_parts where job_id = $1", job_id,)
-        .execute(conn)
-        .await?;
     Ok(())
 }

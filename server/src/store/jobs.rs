@@ -493,8 +493,10 @@ pub async fn delete_finished(
         return Ok(Err(refused));
     }
     sqlx::query!(
-        "with gone as (delete from jobs where id = $1 returning result_upload_id)
-         delete from uploads u using gone where u.id = gone.result_upload_id",
+        "with gone as (delete from jobs where id = $1
+                       returning result_upload_id, output_upload_id)
+         delete from uploads u using gone
+         where u.id in (gone.result_upload_id, gone.output_upload_id)",
         id,
     )
     .execute(conn)
@@ -688,6 +690,9 @@ pub struct ExportJob {
     pub chunks_total: i32,
     pub chunks_done: i32,
     pub result_upload_id: Option<Uuid>,
+    /// The file its chunks write (see `uploads::create_output`), from its plan until it
+    /// completes.
+    pub output_upload_id: Option<Uuid>,
 }
 
 impl ExportJob {
@@ -704,7 +709,7 @@ macro_rules! select_export_job {
             r#"select j.status as "status: JobStatus", j.sealed, j.owner,
                       j.dataset_id as "dataset_id!", d.name as dataset,
                       j.format as "format!: ExportFormat",
-                      j.chunks_total, j.chunks_done, j.result_upload_id
+                      j.chunks_total, j.chunks_done, j.result_upload_id, j.output_upload_id
                from jobs j join datasets d on d.id = j.dataset_id
                where j.id = $1 and j.kind = $2"#
                 + $rest,
@@ -725,16 +730,25 @@ pub async fn lock_export_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<
         .await
 }
 
-/// The file a completed export that `sees` covers produced, with the dataset's name and the
-/// format.
+/// What `GET /api/jobs/{id}/result` serves: a completed export's file (id and size), the
+/// dataset's name and the format.
+#[derive(Debug, Clone)]
+pub struct ExportResult {
+    pub file: Option<(Uuid, i64)>,
+    pub dataset: String,
+    pub format: ExportFormat,
+}
+
+/// The file a completed export that `sees` covers produced.
 pub async fn export_result(
     pool: &PgPool,
     id: Uuid,
     sees: Sees,
-) -> sqlx::Result<Option<(Option<Uuid>, String, ExportFormat)>> {
+) -> sqlx::Result<Option<ExportResult>> {
     let row = sqlx::query!(
-        r#"select j.result_upload_id, d.name, j.format as "format!: ExportFormat"
+        r#"select u.id as "file?", u.size as "size?", d.name, j.format as "format!: ExportFormat"
            from jobs j join datasets d on d.id = j.dataset_id
+           left join uploads u on u.id = j.result_upload_id
            where j.id = $1 and j.kind = $3 and ($2::uuid is null or j.owner = $2)"#,
         id,
         sees.owner_filter(),
@@ -742,7 +756,11 @@ pub async fn export_result(
     )
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|row| (row.result_upload_id, row.name, row.format)))
+    Ok(row.map(|row| ExportResult {
+        file: row.file.zip(row.size),
+        dataset: row.name,
+        format: row.format,
+    }))
 }
 
 /// A `delete` job that is still live, as a run of its step needs it.

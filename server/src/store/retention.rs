@@ -55,7 +55,7 @@ pub async fn prune(
     // index: a chain's root for the whole chain, whose follow-up jobs go with it.
     let mut claimed: Vec<Uuid> = sqlx::query_scalar!(
         "update jobs j set items_pruned_at = now(), upload_id = null, result_upload_id = null,
-             remedy = null
+             output_upload_id = null, remedy = null
          where id in (select id from jobs
                       where job_type is null and items_pruned_at is null
                         and finished_at < now() - make_interval(secs => $1)
@@ -104,9 +104,8 @@ pub async fn prune(
         "with chunks as (delete from job_chunks where job_id = any($1)),
               runs as (delete from job_runs where job_id = any($1)),
               errors as (delete from job_errors where job_id = any($1)),
-              keys as (delete from dry_run_keys where job_id = any($1)),
-              items as (delete from job_items where job_id = any($1))
-         delete from export_parts where job_id = any($1)",
+              keys as (delete from dry_run_keys where job_id = any($1))
+         delete from job_items where job_id = any($1)",
         &claimed,
     )
     .execute(&mut *conn)
@@ -193,7 +192,7 @@ pub async fn prune(
              where (u.created_at < now() - make_interval(secs => $1)
                     or (u.receiving and u.alive_at < now() - interval '1 day'))
                and not exists (select 1 from jobs j
-                   where u.id in (j.upload_id, j.result_upload_id))
+                   where u.id in (j.upload_id, j.result_upload_id, j.output_upload_id))
              limit $2)",
         items_age.as_secs_f64(),
         BATCH / 100,

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::auth::Sees;
@@ -298,12 +298,14 @@ async fn store_part(
     Ok(())
 }
 
-/// The upload with this id, if `sees` covers it.
+/// The received file with this id, if `sees` covers it (an export's file is not one: see
+/// [`create_output`]).
 pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<Upload>> {
     sqlx::query_as!(
         Upload,
         "select id, filename, size from uploads
-         where id = $1 and not receiving and ($2::uuid is null or owner = $2)",
+         where id = $1 and not receiving and part_bytes is not null
+           and ($2::uuid is null or owner = $2)",
         id,
         sees.owner_filter(),
     )
@@ -312,27 +314,100 @@ pub async fn find(pool: &PgPool, id: Uuid, sees: Sees) -> sqlx::Result<Option<Up
 }
 
 /// The whole file, part by part, in order: one query per part, so the stream owns what it
-/// needs and can outlive its caller (an HTTP body).
+/// needs and can outlive its caller (an HTTP body) without holding a connection between parts;
+/// the next part is read while the last one is sent. (An export's parts are numbered with gaps:
+/// see `jobs::export`.)
 pub fn stream(
     pool: PgPool,
     id: Uuid,
 ) -> impl Stream<Item = sqlx::Result<Vec<u8>>> + Send + 'static {
-    futures::stream::try_unfold(0i32, move |part_no| {
+    let part_nos = {
         let pool = pool.clone();
         async move {
-            let part = sqlx::query_scalar!(
-                "select data from upload_parts where upload_id = $1 and part_no = $2",
+            sqlx::query_scalar!(
+                "select part_no from upload_parts where upload_id = $1 order by part_no",
                 id,
-                part_no,
             )
-            .fetch_optional(&pool)
-            .await?;
-            Ok(part.map(|part| (part, part_no + 1)))
+            .fetch_all(&pool)
+            .await
         }
-    })
+    };
+    futures::stream::once(part_nos)
+        .map_ok(|part_nos| futures::stream::iter(part_nos.into_iter().map(Ok)))
+        .try_flatten()
+        .map_ok(move |part_no| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar!(
+                    "select data from upload_parts where upload_id = $1 and part_no = $2",
+                    id,
+                    part_no,
+                )
+                .fetch_one(&pool)
+                .await
+            }
+        })
+        .try_buffered(2)
 }
 
-/// Bytes `start..end` of the file.
+/// Makes the file an export writes in parts, in the plan's transaction: its parts come one
+/// per chunk, written in parallel, so they vary in size (no `part_bytes`: no byte range can be
+/// read from it, and no import takes it) and the whole is never hashed. Nothing counts it as
+/// being received: the export's job refers to it until it completes or goes.
+pub async fn create_output(
+    conn: &mut PgConnection,
+    owner: Uuid,
+    filename: &str,
+    content_type: &str,
+) -> sqlx::Result<Uuid> {
+    let id = Uuid::now_v7();
+    sqlx::query!(
+        "insert into uploads (id, owner, filename, content_type, size, sha256, receiving,
+                              part_bytes)
+         values ($1, $2, $3, $4, 0, null, false, null)",
+        id,
+        owner,
+        filename,
+        content_type,
+    )
+    .execute(conn)
+    .await?;
+    Ok(id)
+}
+
+/// Stores part `part_no` of an export's file (see [`create_output`]).
+pub async fn put_output_part(
+    conn: &mut PgConnection,
+    id: Uuid,
+    part_no: i32,
+    data: &[u8],
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "insert into upload_parts (upload_id, part_no, data) values ($1, $2, $3)",
+        id,
+        part_no,
+        data,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records an export's file as whole, with its size; the size.
+pub async fn seal_output(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar!(
+        r#"update uploads
+           set size = (select coalesce(sum(length(data)), 0) from upload_parts
+                       where upload_id = $1)
+           where id = $1 and part_bytes is null
+           returning size"#,
+        id,
+    )
+    .fetch_one(conn)
+    .await
+}
+
+/// Bytes `start..end` of a received file.
 pub async fn read_range(pool: &PgPool, id: Uuid, start: u64, end: u64) -> sqlx::Result<Vec<u8>> {
     if end <= start {
         return Ok(Vec::new());
@@ -360,9 +435,9 @@ pub async fn read_range(pool: &PgPool, id: Uuid, start: u64, end: u64) -> sqlx::
 }
 
 /// Removes a file (a sheet converted twice by racing plan runs keeps only one copy).
-pub async fn delete(pool: &PgPool, id: Uuid) -> sqlx::Result<()> {
+pub async fn delete(conn: impl sqlx::PgExecutor<'_>, id: Uuid) -> sqlx::Result<()> {
     sqlx::query!("delete from uploads where id = $1", id)
-        .execute(pool)
+        .execute(conn)
         .await?;
     Ok(())
 }

@@ -8,6 +8,7 @@ use app::model::{JobStatus, JobView, Remedy};
 use calamine::{Data, DataType, Reader, Xlsx};
 use reqwest::{StatusCode, header};
 use serde_json::{Value, json};
+use uuid::Uuid;
 
 const ROWS: usize = 250;
 
@@ -454,21 +455,43 @@ async fn any_text_comes_back_as_it_went_in() {
 #[tokio::test]
 async fn an_xlsx_export_over_a_sheets_rows_offers_csv_instead_of_retry() {
     let db = TestDb::new().await;
-    let server = TestServer::start(&db, Some(worker_args(100_000))).await;
-    let one = server
+    // The export is accepted with no workers running; the rows grow before it plans.
+    let server = TestServer::start(&db, None).await;
+    let mut importing = TestServer::start(&db, Some(worker_args(100_000))).await;
+    importing.client = server.client.clone();
+    let one = importing
         .import("big.csv", b"id,name\n1,Ada\n".to_vec(), "big")
         .await;
-    assert_eq!(server.finished(one.id).await.status, JobStatus::Completed);
-    // One row more than an Excel sheet holds (its header takes a row), copied in SQL.
+    assert_eq!(
+        importing.finished(one.id).await.status,
+        JobStatus::Completed
+    );
+    importing.stop().await;
+    let response = server
+        .post_json(
+            "/api/jobs",
+            json!({ "jobType": "export", "dataset": "big", "format": "xlsx" }),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let job: JobView = response.json().await.unwrap();
+    // One row more than an Excel sheet holds (its header takes a row), copied in SQL and
+    // counted as an import counts them.
     sqlx::query(
-        "insert into dataset_rows (dataset_id, record, pos)
-         select dataset_id, record, pos + i from dataset_rows, generate_series(1, 1048575) i",
+        "with copied as (
+             insert into dataset_rows (dataset_id, record, pos)
+             select dataset_id, record, pos + i from dataset_rows, generate_series(1, 1048575) i
+             returning dataset_id)
+         update datasets set row_count = row_count + (select count(*) from copied)
+         where id = (select dataset_id from copied limit 1)",
     )
     .execute(&db.pool)
     .await
     .unwrap();
-    let job = export(&server, "big", "xlsx").await;
-    let job = server.finished(job.id).await;
+    let mut working = TestServer::start(&db, Some(worker_args(100_000))).await;
+    working.client = server.client.clone();
+    let job = working.finished(job.id).await;
+    working.stop().await;
     assert_eq!(job.status, JobStatus::Failed);
     assert!(
         job.error
@@ -486,5 +509,58 @@ async fn an_xlsx_export_over_a_sheets_rows_offers_csv_instead_of_retry() {
         body["error"]["message"],
         "Retrying would fail the same way: Export as CSV instead."
     );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn wide_rows_export_a_part_at_a_time_and_the_file_goes_with_its_job() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    // 12 rows of ~300 KB: one export chunk (100 rows), written as several parts of about
+    // 1 MiB each rather than held whole.
+    let wide = |i: usize| {
+        format!(
+            "{i},{}",
+            char::from(b'a' + i as u8).to_string().repeat(300_000)
+        )
+    };
+    let csv: String = std::iter::once("id,text".to_owned())
+        .chain((1..=12).map(wide))
+        .map(|line| line + "\n")
+        .collect();
+    let job = server
+        .import("wide.csv", csv.clone().into_bytes(), "wide")
+        .await;
+    assert_eq!(server.finished(job.id).await.rows_ok, 12);
+
+    let job = export(&server, "wide", "csv").await;
+    assert_eq!((job.status, job.chunks_total), (JobStatus::Completed, 1));
+    let (_, _, bytes) = download(&server, &job).await;
+    assert_eq!(String::from_utf8(bytes).unwrap(), csv);
+    let (file, parts): (Uuid, i64) = sqlx::query_as(
+        "select j.result_upload_id, (select count(*) from upload_parts p
+                                     where p.upload_id = j.result_upload_id)
+         from jobs j where j.id = $1 and j.output_upload_id is null",
+    )
+    .bind(job.id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(parts, 4, "the header's part, then three of the chunk's");
+
+    // The file is the export's: it goes when the job is deleted.
+    let deleted = server
+        .client
+        .delete(server.url(&format!("/api/jobs/{}", job.id)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    let left: i64 = sqlx::query_scalar("select count(*) from uploads where id = $1")
+        .bind(file)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
     server.stop().await;
 }

@@ -327,6 +327,7 @@ pub fn worker_args(chunk_rows: usize) -> WorkerArgs {
     WorkerArgs {
         concurrency: 2,
         chunk_rows,
+        export_chunk_rows: chunk_rows,
         heartbeat_secs: 0.2,
         lease_secs: 1.0,
         shutdown_secs: 10.0,

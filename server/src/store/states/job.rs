@@ -252,8 +252,8 @@ pub async fn complete_export(
     result_upload_id: Uuid,
 ) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar!(
-        "update jobs set status = $3, result_upload_id = $2, finished_at = now(),
-             version = version + 1
+        "update jobs set status = $3, result_upload_id = $2, output_upload_id = null,
+             finished_at = now(), version = version + 1
          where id = $1 and kind = $5 and status = $4 and sealed
            and chunks_done = chunks_total and result_upload_id is null
          returning version",
