@@ -58,6 +58,8 @@ pub async fn serve(
     let hub = Hub::start(pool.clone(), shutdown.clone());
     let state = AppState {
         views: Views::start(pool.clone(), &hub, shutdown.clone()),
+        recent: progress::recent::RecentViews::start(&hub, shutdown.clone()),
+        identities: auth::identities::Identities::start(&hub, shutdown.clone()),
         hub,
         pool: pool.clone(),
         leptos_options,
@@ -82,6 +84,7 @@ pub async fn serve(
     } else {
         // The workers' own connections: HTTP traffic never starves their heartbeats.
         let worker_pool = db::connect_like(&pool, args.worker_db_pool).await?;
+        enough_connections(&worker_pool, &args.worker)?;
         Some(tokio::spawn(work(
             worker_pool,
             args.worker.clone(),
@@ -116,9 +119,26 @@ pub async fn work(
     args: WorkerArgs,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    enough_connections(&pool, &args)?;
     telemetry::watch("workers", pool.clone(), shutdown.clone());
     let engine = Engine::new(pool, &args).context("finding this program, to convert workbooks")?;
     jobs::worker::run(engine, &args, shutdown).await;
+    Ok(())
+}
+
+/// A task holds two connections at most (an export chunk reads its rows on one while its
+/// transaction writes on the other): with a connection for each task at once, and one more,
+/// some task can always take its second and finish, and one is left for a heartbeat.
+fn enough_connections(pool: &PgPool, args: &WorkerArgs) -> anyhow::Result<()> {
+    let connections = pool.options().get_max_connections() as usize;
+    let needed = args.concurrency + 2;
+    anyhow::ensure!(
+        connections >= needed,
+        "{} tasks at once need at least {needed} database connections; the pool has \
+         {connections} (raise CONVEYOR_WORKER_DB_POOL, or CONVEYOR_DB_POOL for `server worker`, \
+         or lower CONVEYOR_WORKER_CONCURRENCY)",
+        args.concurrency
+    );
     Ok(())
 }
 

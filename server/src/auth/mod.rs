@@ -11,6 +11,7 @@
 //! - [`accounts`]: signing up, in and out, changing passwords, guests, the CLI's accounts.
 
 pub mod accounts;
+pub mod identities;
 pub mod password;
 pub mod secret;
 

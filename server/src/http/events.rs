@@ -55,7 +55,7 @@ pub async fn one_job(
     id: Result<Path<Uuid>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let id = visible_job(&state, &caller, id).await?.id;
+    let id = visible_job(&state, &caller, id).await?.view.id;
     let last_version = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())

@@ -210,7 +210,7 @@ async fn identify(state: &AppState, headers: &HeaderMap) -> Result<(Identity, bo
     let mut identity = Identity::nobody();
     if let Some(token) = bearer(headers) {
         let credential = Credential::Token(token.to_owned());
-        identity.me = Some(who(state, &credential).await?.ok_or_else(|| {
+        identity.me = Some(who_remembered(state, &credential).await?.ok_or_else(|| {
             ApiError::Unauthorized("The API token is not valid (it may have been revoked).".into())
         })?);
         identity.credential = Some(credential);
@@ -220,7 +220,7 @@ async fn identify(state: &AppState, headers: &HeaderMap) -> Result<(Identity, bo
     let current = session_cookie(headers, cookie_name(https));
     if let Some(token) = &current {
         let credential = Credential::Session(token.clone());
-        identity.me = who(state, &credential).await?;
+        identity.me = who_remembered(state, &credential).await?;
         if identity.me.is_some() {
             identity.credential = Some(credential);
             return Ok((identity, false));
@@ -246,27 +246,65 @@ async fn identify(state: &AppState, headers: &HeaderMap) -> Result<(Identity, bo
 }
 
 /// The person a credential belongs to now: `None` once it was revoked or ended (or, in
-/// `required` mode, for a guest's session).
+/// `required` mode, for a guest's session). Asks the database.
 async fn who(state: &AppState, credential: &Credential) -> sqlx::Result<Option<Me>> {
-    let me = match credential {
-        Credential::Token(token) => {
-            if !token.starts_with(secret::TOKEN_PREFIX) || !secret::well_formed(token) {
-                return Ok(None);
-            }
-            sessions::resolve_token(&state.pool, &secret::hash(token)).await?
-        }
-        Credential::Session(token) => {
-            if token.starts_with(secret::TOKEN_PREFIX)
-                || token.starts_with(secret::WORKER_TOKEN_PREFIX)
-                || !secret::well_formed(token)
-            {
-                return Ok(None);
-            }
-            let lifetime = state.auth.session_lifetime();
-            sessions::resolve(&state.pool, &secret::hash(token), lifetime).await?
+    let Some(hash) = hash_of(credential) else {
+        return Ok(None);
+    };
+    Ok(look_up(state, credential, &hash)
+        .await?
+        .map(|found| found.me))
+}
+
+/// [`who`], for an API token from what this process remembers of it when it can
+/// (`auth::identities`). Scripts send many requests a second with one token; a token revoked
+/// through another process is refused here once that process's notification arrives
+/// (milliseconds). Sessions are always asked for: a sign-out or a password reset anywhere ends
+/// them before the next request, whichever process serves it.
+async fn who_remembered(state: &AppState, credential: &Credential) -> sqlx::Result<Option<Me>> {
+    if matches!(credential, Credential::Session(_)) {
+        return who(state, credential).await;
+    }
+    let Some(hash) = hash_of(credential) else {
+        return Ok(None);
+    };
+    if let Some(me) = state.identities.get(&hash) {
+        return Ok(Some(me));
+    }
+    let ticket = state.identities.ticket();
+    let found = look_up(state, credential, &hash).await?;
+    if let Some(found) = &found {
+        state
+            .identities
+            .remember(ticket, hash, found.me.clone(), found.lasting);
+    }
+    Ok(found.map(|found| found.me))
+}
+
+/// The hash a credential is kept by, if it has the shape of one we issue (anything else is not
+/// even looked up).
+fn hash_of(credential: &Credential) -> Option<Vec<u8>> {
+    let token = match credential {
+        Credential::Token(token) => token.starts_with(secret::TOKEN_PREFIX).then_some(token)?,
+        Credential::Session(token) => (!token.starts_with(secret::TOKEN_PREFIX)
+            && !token.starts_with(secret::WORKER_TOKEN_PREFIX))
+        .then_some(token)?,
+    };
+    secret::well_formed(token).then(|| secret::hash(token))
+}
+
+async fn look_up(
+    state: &AppState,
+    credential: &Credential,
+    hash: &[u8],
+) -> sqlx::Result<Option<sessions::Resolved>> {
+    let found = match credential {
+        Credential::Token(_) => sessions::resolve_token(&state.pool, hash).await?,
+        Credential::Session(_) => {
+            sessions::resolve(&state.pool, hash, state.auth.session_lifetime()).await?
         }
     };
-    Ok(me.filter(|me| state.auth.mode == AuthMode::Guest || me.role != Role::Guest))
+    Ok(found.filter(|found| state.auth.mode == AuthMode::Guest || found.me.role != Role::Guest))
 }
 
 /// Ends when what `identity` proved no longer holds: its session ended (signed out, a new

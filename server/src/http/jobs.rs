@@ -6,7 +6,10 @@ use axum::{
         Path, RawQuery, State,
         rejection::{JsonRejection, PathRejection},
     },
-    http::{HeaderMap, HeaderName, StatusCode, header::LOCATION},
+    http::{
+        HeaderMap, HeaderName, HeaderValue, StatusCode,
+        header::{CONTENT_TYPE, LOCATION},
+    },
     response::{IntoResponse, Response},
 };
 use serde::Deserialize;
@@ -21,6 +24,8 @@ use super::{
     identity::Caller,
     quotas,
 };
+use std::sync::Arc;
+
 use crate::{
     auth::Sees,
     jobs::{
@@ -28,6 +33,7 @@ use crate::{
         control,
         create::{self, CreateError},
     },
+    progress::views::Shown,
     spreadsheet::{
         mapping::Mapping,
         reading::Reading,
@@ -663,8 +669,13 @@ pub async fn show(
     State(state): State<AppState>,
     caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
-) -> Result<Json<JobView>, ApiError> {
-    visible_job(&state, &caller, id).await.map(Json)
+) -> Result<Response, ApiError> {
+    let shown = visible_job(&state, &caller, id).await?;
+    Ok((
+        [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        shown.json.clone(),
+    )
+        .into_response())
 }
 
 /// Reads a job's history: its changes of status, runs, chunks and what it waits for.
@@ -691,14 +702,17 @@ pub async fn history(
         .ok_or_else(|| no_such_job(id))
 }
 
-/// The job, if the caller may see it; a 404 otherwise, as for a missing one.
+/// The job, if the caller may see it; a 404 otherwise, as for a missing one. From what this
+/// process read lately when it can (`progress::recent`).
 pub async fn visible_job(
     state: &AppState,
     caller: &Caller,
     id: Result<Path<Uuid>, PathRejection>,
-) -> Result<JobView, ApiError> {
+) -> Result<Arc<Shown>, ApiError> {
     let id = job_id(id)?;
-    jobs::find(&state.pool, id, caller.sees())
+    state
+        .recent
+        .find(&state.pool, id, caller.sees())
         .await?
         .ok_or_else(|| no_such_job(id))
 }

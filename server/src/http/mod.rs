@@ -68,6 +68,10 @@ pub struct AppState {
     pub hub: Hub,
     /// The process's one reader of changed jobs, for every event stream.
     pub views: Views,
+    /// Job views read lately, for `GET /api/jobs/{id}`.
+    pub recent: Arc<crate::progress::recent::RecentViews>,
+    /// Identities requests proved lately.
+    pub identities: Arc<crate::auth::identities::Identities>,
     pub leptos_options: LeptosOptions,
     pub max_upload_bytes: usize,
     pub auth: Arc<AuthArgs>,

@@ -91,7 +91,7 @@ pub async fn json(
     id: Result<Path<Uuid>, PathRejection>,
     query: Result<Query<ErrorsQuery>, QueryRejection>,
 ) -> Result<Json<ErrorsPage>, ApiError> {
-    let id = visible_job(&state, &caller, id).await?.id;
+    let id = visible_job(&state, &caller, id).await?.view.id;
     let Query(query) = query?;
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
     let only = errors::Only {
@@ -134,11 +134,12 @@ pub async fn csv(
     caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let job = visible_job(&state, &caller, id).await?;
+    let shown = visible_job(&state, &caller, id).await?;
+    let job = &shown.view;
     let (_, body) = report_csv(&state, job.id).await?;
     let body = stream::once(async { Ok(UTF8_BOM.to_vec()) }).chain(body);
     Ok(attachment(
-        &report_name(&job),
+        &report_name(job),
         "csv",
         "text/csv; charset=utf-8",
         body,
@@ -165,7 +166,8 @@ pub async fn xlsx(
     caller: Caller,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let job = visible_job(&state, &caller, id).await?;
+    let shown = visible_job(&state, &caller, id).await?;
+    let job = &shown.view;
     let (id, failed) = (job.id, job.rows_failed);
     if failed > MAX_XLSX_ROWS {
         return Err(ApiError::Invalid(format!(
@@ -192,7 +194,7 @@ pub async fn xlsx(
             tracing::warn!(%id, "error report as XLSX failed: {err}");
         }
     });
-    Ok(attachment(&report_name(&job), "xlsx", XLSX_TYPE, body))
+    Ok(attachment(&report_name(job), "xlsx", XLSX_TYPE, body))
 }
 
 /// Every bad row's number and errors, then the row as it was, as CSV (header first), read a

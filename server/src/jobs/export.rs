@@ -67,8 +67,12 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
         }));
     }
     notify::job_changed(&mut tx, job_id, version).await?;
-    let chunk_rows = engine.export_chunk_rows.max(1) as i64;
-    let ranges = exports::plan_ranges(&mut tx, job.dataset_id, chunk_rows).await?;
+    let chunk_rows = engine.export_chunk_rows.clamp(1, 1 << 30) as i64;
+    let mut ranges = exports::plan_ranges(&mut tx, job.dataset_id, chunk_rows).await?;
+    if ranges.len() as i64 > 2 * (rows / chunk_rows) + 8 {
+        // Many small (or thinned-out) imports: counted ranges make far fewer chunks.
+        ranges = exports::plan_ranges_counted(&mut tx, job.dataset_id, chunk_rows).await?;
+    }
     if ranges.len() > MAX_CHUNKS {
         return Err(TaskError::refused(format!(
             "The dataset's rows make {} parts, more than an export writes ({MAX_CHUNKS}). \
@@ -127,13 +131,16 @@ pub async fn chunk(
     };
     // The rows come on a connection of their own, and their parts go into the transaction
     // that marks the chunk done as they are rendered: a part at a time in memory, however
-    // wide the rows.
-    let messages = exports::records_in(pool, job.dataset_id, &range).await?;
+    // wide the rows. The `COPY` starts last and is always read to its end (`write_parts`).
+    // The chunk's row is locked only at the end (its heartbeat renews its lease meanwhile); a
+    // run that lost its lease to another finds the chunk not its own then, or its parts taken.
     let mut tx = pool.begin().await?;
+    let messages = exports::records_in(pool, job.dataset_id, &range).await?;
+    let count = write_parts(messages, &mut tx, output, chunk_no, &columns, run.stop).await?;
     if !chunks::claim(&mut tx, job_id, chunk_no, &run.lease.owner).await? {
+        tx.rollback().await?;
         return Ok(());
     }
-    let count = write_parts(messages, &mut tx, output, chunk_no, &columns, run.stop).await?;
 
     states::chunk::done(&mut tx, job_id, chunk_no).await?;
     history::end_run(&mut *tx, &run.lease.owner, RunOutcome::Ok, None).await?;

@@ -5,6 +5,8 @@
 
 pub mod feed;
 mod hub;
+pub mod recent;
+pub mod remembered;
 pub mod views;
 
 pub use hub::{Change, Hub, ItemsReady};

@@ -499,8 +499,9 @@ pub async fn delete_finished(
          where u.id in (gone.result_upload_id, gone.output_upload_id)",
         id,
     )
-    .execute(conn)
+    .execute(&mut *conn)
     .await?;
+    super::notify::jobs_gone(conn, &below).await?;
     Ok(Ok(()))
 }
 

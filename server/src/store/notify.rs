@@ -24,7 +24,10 @@ pub struct JobChanged {
     pub version: i64,
 }
 
+/// Announces the job's new version, in the transaction that makes it; this process stops
+/// answering from memory for the job until the announcement comes back (`progress::recent`).
 pub async fn job_changed(conn: &mut PgConnection, id: Uuid, version: i64) -> sqlx::Result<()> {
+    crate::progress::recent::changing(id, version);
     let payload = serde_json::to_string(&JobChanged { id, version })
         .expect("a uuid and an integer always serialize");
     sqlx::query!("select 1 as sent from pg_notify($1, $2)", CHANNEL, payload)
@@ -33,8 +36,35 @@ pub async fn job_changed(conn: &mut PgConnection, id: Uuid, version: i64) -> sql
     Ok(())
 }
 
-/// Tells every process that `user_id`'s sessions, tokens or role changed.
+/// Announces that these jobs are gone (deleted, or pruned by retention): the version no later
+/// change can pass, so that whatever remembers them forgets them for good.
+pub async fn jobs_gone(conn: &mut PgConnection, ids: &[Uuid]) -> sqlx::Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    for &id in ids {
+        crate::progress::recent::changing(id, GONE);
+    }
+    sqlx::query!(
+        r#"select count(pg_notify($1, json_build_object('id', id, 'version', $3::int8)::text))
+               as "sent!"
+           from unnest($2::uuid[]) id"#,
+        CHANNEL,
+        ids,
+        GONE,
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(())
+}
+
+/// The version [`jobs_gone`] announces.
+pub const GONE: i64 = i64::MAX;
+
+/// Tells every process that `user_id`'s sessions, tokens or role changed (this one forgets
+/// what it remembers of them at once: `auth::identities`).
 pub async fn account_changed(conn: &mut PgConnection, user_id: Uuid) -> sqlx::Result<()> {
+    crate::auth::identities::changing(user_id);
     sqlx::query!(
         "select 1 as sent from pg_notify($1, $2)",
         ACCOUNTS,

@@ -17,7 +17,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::{
-    queue,
+    notify, queue,
     states::{DatasetState, JobKind},
 };
 
@@ -114,32 +114,37 @@ pub async fn prune(
 
     // Summaries: the same split; a chain's root once its items went (its follow-up jobs with
     // it, by the foreign key).
-    let mut jobs = sqlx::query!(
+    let mut gone = sqlx::query_scalar!(
         "delete from jobs where id in (
              select id from jobs where job_type is null
                and finished_at < now() - make_interval(secs => $1)
-             order by finished_at limit $2)",
+             order by finished_at limit $2)
+         returning id",
         jobs_age.as_secs_f64(),
         BATCH,
     )
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    jobs += sqlx::query!(
-        "delete from jobs where id in (
-             select due.id from job_types t cross join lateral (
-                 select d.id from jobs d
-                 where d.job_type = t.name and d.items_pruned_at is not null
-                   and d.finished_at < now() - kept_for(t.name, $1)
-                   and not exists (select 1 from jobs p where p.id = d.parent_id and p.kind = $3)
-                 order by d.finished_at limit $2) due)",
-        jobs_age.as_secs_f64(),
-        BATCH / 100,
-        JobKind::Items as JobKind,
-    )
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
+    .fetch_all(&mut *conn)
+    .await?;
+    gone.extend(
+        sqlx::query_scalar!(
+            "delete from jobs where id in (
+                 select due.id from job_types t cross join lateral (
+                     select d.id from jobs d
+                     where d.job_type = t.name and d.items_pruned_at is not null
+                       and d.finished_at < now() - kept_for(t.name, $1)
+                       and not exists (select 1 from jobs p
+                                       where p.id = d.parent_id and p.kind = $3)
+                     order by d.finished_at limit $2) due)
+             returning id",
+            jobs_age.as_secs_f64(),
+            BATCH / 100,
+            JobKind::Items as JobKind,
+        )
+        .fetch_all(&mut *conn)
+        .await?,
+    );
+    notify::jobs_gone(&mut *conn, &gone).await?;
+    let jobs = gone.len() as u64;
 
     // Datasets that are not `ready` (deleted, or left provisional by a failed import) once no
     // job names them any more: first their rows, if any are left (a failed import's, or those

@@ -45,9 +45,28 @@ struct Holder {
     email: Option<String>,
     role: String,
     stale: bool,
+    /// Seconds it holds at least, unless revoked (which notifies).
+    valid_secs: f64,
+}
+
+/// Whom a credential proves, and for how long that may be taken as true without asking again
+/// unless a notification says otherwise: until the session could end, and at most until its
+/// last sighting is due to be written again.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub me: Me,
+    pub lasting: Duration,
 }
 
 impl Holder {
+    fn resolved(&self) -> Resolved {
+        let secs = self.valid_secs.clamp(0.0, TOUCH_EVERY_SECS);
+        Resolved {
+            me: self.me(),
+            lasting: Duration::from_secs_f64(secs),
+        }
+    }
+
     fn me(&self) -> Me {
         Me {
             id: self.id,
@@ -62,11 +81,14 @@ pub async fn resolve(
     pool: &PgPool,
     token_hash: &[u8],
     lifetime: Lifetime,
-) -> sqlx::Result<Option<Me>> {
+) -> sqlx::Result<Option<Resolved>> {
     let holder = sqlx::query_as!(
         Holder,
         r#"select u.id, u.email, u.role,
-                  s.last_seen_at < now() - make_interval(secs => $2) as "stale!"
+                  s.last_seen_at < now() - make_interval(secs => $2) as "stale!",
+                  extract(epoch from least(s.expires_at, s.idle_expires_at,
+                                           s.last_seen_at + make_interval(secs => $3))
+                                     - now())::float8 as "valid_secs!"
            from sessions s join users u on u.id = s.user_id
            where s.token_hash = $1 and s.expires_at > now() and s.idle_expires_at > now()
              -- The idle timeout as configured now, should it have been shortened.
@@ -91,7 +113,7 @@ pub async fn resolve(
         .execute(pool)
         .await?;
     }
-    Ok(Some(holder.me()))
+    Ok(Some(holder.resolved()))
 }
 
 /// Ends one session.
@@ -140,11 +162,12 @@ pub async fn claim_legacy(
 }
 
 /// The person whose API token has this hash; renews its last use.
-pub async fn resolve_token(pool: &PgPool, token_hash: &[u8]) -> sqlx::Result<Option<Me>> {
+pub async fn resolve_token(pool: &PgPool, token_hash: &[u8]) -> sqlx::Result<Option<Resolved>> {
     let holder = sqlx::query_as!(
         Holder,
         r#"select u.id, u.email, u.role,
-                  coalesce(t.last_used_at < now() - make_interval(secs => $2), true) as "stale!"
+                  coalesce(t.last_used_at < now() - make_interval(secs => $2), true) as "stale!",
+                  $2::float8 as "valid_secs!"
            from api_tokens t join users u on u.id = t.user_id
            where t.token_hash = $1"#,
         token_hash,
@@ -163,7 +186,7 @@ pub async fn resolve_token(pool: &PgPool, token_hash: &[u8]) -> sqlx::Result<Opt
         .execute(pool)
         .await?;
     }
-    Ok(Some(holder.me()))
+    Ok(Some(holder.resolved()))
 }
 
 struct TokenRow {

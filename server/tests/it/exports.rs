@@ -564,3 +564,26 @@ async fn wide_rows_export_a_part_at_a_time_and_the_file_goes_with_its_job() {
     assert_eq!(left, 0);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn many_small_imports_export_in_chunks_of_counted_rows() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    // Each import's rows are a range of positions of their own: twelve imports of five rows
+    // would make twelve chunks of five; counted, they make one.
+    for part in 0..12 {
+        let csv: String = std::iter::once("n\n".to_owned())
+            .chain((0..5).map(|i| format!("{}\n", part * 5 + i)))
+            .collect();
+        let job = server.import("part.csv", csv.into_bytes(), "small").await;
+        assert_eq!(server.finished(job.id).await.rows_ok, 5);
+    }
+    let job = export(&server, "small", "csv").await;
+    assert_eq!((job.status, job.chunks_total), (JobStatus::Completed, 1));
+    let (_, _, bytes) = download(&server, &job).await;
+    let expected: String = std::iter::once("n\n".to_owned())
+        .chain((0..60).map(|n| format!("{n}\n")))
+        .collect();
+    assert_eq!(String::from_utf8(bytes).unwrap(), expected);
+    server.stop().await;
+}

@@ -1,0 +1,86 @@
+//! The identities API tokens proved to this process lately (by the token's hash), so that a
+//! script's request costs no query to say who sent it (sessions are always looked up: see
+//! `http::identity`). Forgotten when an
+//! `account_changed` notification names the person, or once its credential may have lapsed
+//! (see [`super::super::progress::remembered`] for the rest of the rules). The transaction that
+//! changes someone's sessions, tokens or role forgets them here before it commits
+//! ([`changing`]), so the request after a sign-out or a revocation is refused at once.
+
+use std::{sync::Arc, time::Duration};
+
+use app::auth::Me;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::progress::{
+    Change, Hub,
+    remembered::{Live, Remembered, Ticket},
+};
+
+/// Credentials remembered at most.
+const CAPACITY: usize = 10_000;
+
+pub struct Identities {
+    remembered: Remembered<Vec<u8>, Me>,
+}
+
+/// Every [`Identities`] of this process.
+static LIVE: Live<Identities> = Live::new();
+
+impl Identities {
+    /// Starts forgetting the people the hub reports changed; stops on `shutdown`.
+    pub fn start(hub: &Hub, shutdown: CancellationToken) -> Arc<Self> {
+        let identities = Arc::new(Self {
+            remembered: Remembered::new(hub.clone(), CAPACITY),
+        });
+        LIVE.add(&identities);
+        let mut changes = hub.accounts();
+        let forgetting = Arc::downgrade(&identities);
+        tokio::spawn(async move {
+            loop {
+                let change = tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    change = changes.recv() => change,
+                };
+                let Some(identities) = forgetting.upgrade() else {
+                    return;
+                };
+                match change {
+                    Ok(Change::Account(id)) => identities.forget(id),
+                    Ok(Change::Job(_)) => {}
+                    Ok(Change::Resync) | Err(RecvError::Lagged(_)) => {
+                        identities.remembered.forget_all()
+                    }
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        });
+        identities
+    }
+
+    /// Who the credential with this hash proved to be lately.
+    pub fn get(&self, credential_hash: &[u8]) -> Option<Me> {
+        self.remembered.get(credential_hash)
+    }
+
+    /// Taken before the credential is looked up.
+    pub fn ticket(&self) -> Ticket {
+        self.remembered.ticket()
+    }
+
+    /// Remembers who the credential proved to be, for up to `lasting`.
+    pub fn remember(&self, ticket: Ticket, credential_hash: Vec<u8>, me: Me, lasting: Duration) {
+        self.remembered
+            .remember(ticket, credential_hash, me, lasting);
+    }
+
+    fn forget(&self, person: Uuid) {
+        self.remembered.forget_where(|_, me| me.id == person);
+    }
+}
+
+/// A transaction is changing `person`'s sessions, tokens or role.
+pub fn changing(person: Uuid) {
+    LIVE.each(|identities| identities.forget(person));
+}
