@@ -95,8 +95,8 @@ e2e: tools
 	$(call e2e,$(if $(RELEASE),release,debug),$(if $(RELEASE),--release),$(SPEC))
 
 # Import/export speed against raw COPY on this machine; ROWS=… (default 1,000,000) and
-# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|export|xlsx|kill|hostile|preview|delete|items|reads|topology|fanout|admin|xml
-# runs one part. The export part times CSV export (created -> downloaded) against `\copy … to`, then XLSX export against it. The reads part loads GET /api/jobs/{id} against /healthz. The items part runs 100,000 no-op items of a job type through 4 external workers. The
+# XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|export|xlsx|kill|hostile|preview|delete|items|reads|small|topology|fanout|admin|xml
+# runs one part. The small part runs 10,000 imports of 100 rows (JOBS=…) and another owner's one. The export part times CSV export (created -> downloaded) against `\copy … to`, then XLSX export against it. The reads part loads GET /api/jobs/{id} against /healthz. The items part runs 100,000 no-op items of a job type through 4 external workers. The
 # topology part runs imports through two servers with 1, then 3 worker processes. The fanout part
 # has WATCHERS=… (default 500,2000,10000) browsers follow one running import's events. The admin part seeds JOBS=… (default 10,000,000) jobs and times the job list. The xml part (last; no database, no server) times our XLSX XML tokenizer against
 # quick-xml, each reading a workbook made like the XLSX part's (spreadsheet::xlsx::measure).
@@ -108,7 +108,7 @@ bench: $(if $(filter xml,$(ONLY)),,tools)
 	trap '"$(PG)" stop "$(BENCH_PG_DIR)"' EXIT
 	"$(PG)" start "$(BENCH_PG_DIR)"
 	"$(PG)" recreate "$(BENCH_PG_DIR)" conveyor_bench
-	if [ "$(ONLY)" != admin ] && [ "$(ONLY)" != items ] && [ "$(ONLY)" != fanout ] && [ "$(ONLY)" != topology ] && [ "$(ONLY)" != reads ]; then python3 server/benches/imports.py \
+	if [ "$(ONLY)" != admin ] && [ "$(ONLY)" != items ] && [ "$(ONLY)" != fanout ] && [ "$(ONLY)" != topology ] && [ "$(ONLY)" != reads ] && [ "$(ONLY)" != small ]; then python3 server/benches/imports.py \
 	  --server "$(CURDIR)/target/release/server" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench" \
 	  $(if $(ROWS),--rows $(ROWS)) $(if $(XLSX_ROWS),--xlsx-rows $(XLSX_ROWS)) $(if $(ONLY),--only $(ONLY)); fi
@@ -125,6 +125,9 @@ bench: $(if $(filter xml,$(ONLY)),,tools)
 	  --server "$(CURDIR)/target/release/server" \
 	  --load-bin "$(CURDIR)/target/release/examples/load" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench"; fi
+	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = small ]; then python3 server/benches/small.py \
+	  --server "$(CURDIR)/target/release/server" \
+	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" $(if $(JOBS),--jobs $(JOBS)); fi
 	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = topology ]; then python3 server/benches/topology.py \
 	  --server "$(CURDIR)/target/release/server" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench"; fi

@@ -1,6 +1,3 @@
--- Stop every process of the previous version before this runs: their export tasks would look
--- for `export_parts`, and their downloads for parts numbered 0, 1, 2, ….
---
 -- Exports write their file once: each chunk stores its rendered rows straight into the parts of
 -- the upload that becomes the file (one part per chunk, after the header's), instead of into
 -- `export_parts` that the finish step then copied into an upload.

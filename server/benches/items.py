@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 
+import small
 from imports import AUTH, Server, follow_until_finished, sign_in
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -122,53 +123,6 @@ def long_poll_latency(args, token, tries):
     return latencies
 
 
-def small_jobs(args, jobs, parallel=16):
-    """Imports of 10 rows each, `parallel` clients at once: jobs/s created -> all completed."""
-    csv = "id,name\n" + "".join(f"{i},row {i}\n" for i in range(10))
-    boundary = "benchboundary"
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
-            f"filename=\"small.csv\"\r\nContent-Type: text/csv\r\n\r\n{csv}\r\n"
-            f"--{boundary}--\r\n").encode()
-    ids, errors, lock = [], [], threading.Lock()
-
-    def create(first):
-        conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=120)
-
-        def call(path, data, content_type, ok):
-            conn.request("POST", path, data, {**AUTH, "content-type": content_type})
-            response = conn.getresponse()
-            answer = response.read()
-            if response.status != ok:
-                raise RuntimeError(f"POST {path} answered {response.status}: {answer[:300]!r}")
-            return json.loads(answer)
-
-        try:
-            for n in range(first, jobs, parallel):
-                upload = call("/api/uploads", body,
-                              f"multipart/form-data; boundary={boundary}", 201)
-                request = {"jobType": "import", "fileGuid": upload["id"], "dataset": f"small_{n}"}
-                job = call("/api/jobs", json.dumps(request), "application/json", 202)
-                with lock:
-                    ids.append(job["id"])
-        except Exception as error:  # reported by the main thread, which alone can stop the run
-            with lock:
-                errors.append(error)
-
-    start = time.monotonic()
-    threads = [threading.Thread(target=create, args=(n,)) for n in range(parallel)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        sys.exit(f"creating small jobs failed: {errors[0]}")
-    for job_id in ids:
-        job = follow_until_finished("127.0.0.1", args.port, job_id)
-        if job["status"] != "completed":
-            sys.exit(f"a small job did not complete: {job}")
-    return jobs / (time.monotonic() - start)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -189,7 +143,7 @@ def main():
         fill_rate, rate, elapsed = end_to_end(args, token, args.items, args.workers)
         # Right after the run, before autovacuum has cleared what its updates left behind.
         latencies_after = long_poll_latency(args, token, args.latency_tries)
-        small_rate = small_jobs(args, args.small_jobs)
+        small_rate, _ = small.small_jobs(args, args.small_jobs, rows=10)
         rss = server.peak_rss_mb()
     def p50_p99(values):
         ordered = sorted(values)

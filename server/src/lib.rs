@@ -126,12 +126,13 @@ pub async fn work(
     Ok(())
 }
 
-/// A task holds two connections at most (an export chunk reads its rows on one while its
-/// transaction writes on the other): with a connection for each task at once, and one more,
-/// some task can always take its second and finish, and one is left for a heartbeat.
+/// Each of the workers keeps one connection listening for queued tasks (apalis), and a task
+/// holds two at most (an export chunk reads its rows on one while its transaction writes on
+/// the other): with a connection more for each task, and one over, some task can always take
+/// its second and finish, and one is left for a heartbeat.
 fn enough_connections(pool: &PgPool, args: &WorkerArgs) -> anyhow::Result<()> {
     let connections = pool.options().get_max_connections() as usize;
-    let needed = args.concurrency + 2;
+    let needed = 2 * args.concurrency + 2;
     anyhow::ensure!(
         connections >= needed,
         "{} tasks at once need at least {needed} database connections; the pool has \

@@ -3,10 +3,15 @@
 //! `http::identity`). Forgotten when an
 //! `account_changed` notification names the person, or once its credential may have lapsed
 //! (see [`super::super::progress::remembered`] for the rest of the rules). The transaction that
-//! changes someone's sessions, tokens or role forgets them here before it commits
-//! ([`changing`]), so the request after a sign-out or a revocation is refused at once.
+//! changes someone's tokens or role forgets them here before it commits and holds them until
+//! its notification comes back ([`changing`]), so the request after a revocation or a
+//! demotion through this process is judged afresh at once.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use app::auth::Me;
 use tokio::sync::broadcast::error::RecvError;
@@ -23,7 +28,13 @@ const CAPACITY: usize = 10_000;
 
 pub struct Identities {
     remembered: Remembered<Vec<u8>, Me>,
+    /// People whose change is being committed, since when: not served nor remembered until
+    /// their notification comes back, or for [`HOLD`] at most.
+    held: Mutex<HashMap<Uuid, Instant>>,
 }
+
+/// The longest a person stays held without their notification.
+const HOLD: Duration = Duration::from_secs(5);
 
 /// Every [`Identities`] of this process.
 static LIVE: Live<Identities> = Live::new();
@@ -33,6 +44,7 @@ impl Identities {
     pub fn start(hub: &Hub, shutdown: CancellationToken) -> Arc<Self> {
         let identities = Arc::new(Self {
             remembered: Remembered::new(hub.clone(), CAPACITY),
+            held: Mutex::default(),
         });
         LIVE.add(&identities);
         let mut changes = hub.accounts();
@@ -47,10 +59,14 @@ impl Identities {
                     return;
                 };
                 match change {
-                    Ok(Change::Account(id)) => identities.forget(id),
+                    Ok(Change::Account(id)) => {
+                        identities.forget(id);
+                        identities.held().remove(&id);
+                    }
                     Ok(Change::Job(_)) => {}
                     Ok(Change::Resync) | Err(RecvError::Lagged(_)) => {
-                        identities.remembered.forget_all()
+                        identities.remembered.forget_all();
+                        identities.held().clear();
                     }
                     Err(RecvError::Closed) => return,
                 }
@@ -61,7 +77,21 @@ impl Identities {
 
     /// Who the credential with this hash proved to be lately.
     pub fn get(&self, credential_hash: &[u8]) -> Option<Me> {
-        self.remembered.get(credential_hash)
+        self.remembered
+            .get(credential_hash)
+            .filter(|me| !self.holds(me.id))
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Instant>> {
+        self.held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn holds(&self, person: Uuid) -> bool {
+        self.held()
+            .get(&person)
+            .is_some_and(|since| since.elapsed() < HOLD)
     }
 
     /// Taken before the credential is looked up.
@@ -82,5 +112,12 @@ impl Identities {
 
 /// A transaction is changing `person`'s sessions, tokens or role.
 pub fn changing(person: Uuid) {
-    LIVE.each(|identities| identities.forget(person));
+    LIVE.each(|identities| {
+        let mut held = identities.held();
+        let now = Instant::now();
+        held.retain(|_, since| now.duration_since(*since) < HOLD);
+        held.insert(person, now);
+        drop(held);
+        identities.forget(person);
+    });
 }

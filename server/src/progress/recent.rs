@@ -94,3 +94,13 @@ impl RecentViews {
 pub fn changing(id: Uuid, version: i64) {
     LIVE.each(|recent| recent.remembered.hold(id, version));
 }
+
+/// These jobs are gone (retention removed them): this process forgets them now; others within
+/// [`LASTING`].
+pub fn gone(ids: &[Uuid]) {
+    LIVE.each(|recent| {
+        for id in ids {
+            recent.remembered.forget(id, i64::MAX);
+        }
+    });
+}

@@ -1,5 +1,5 @@
 //! What a process remembers of what it read, kept true by the notifications it hears: a
-//! `GET /api/jobs/{id}` (and the identity behind every request) answered from memory costs no
+//! `GET /api/jobs/{id}` (and the identity behind an API token) answered from memory costs no
 //! query. `make bench ONLY=reads`: two queries per request made `GET /api/jobs/{id}` 0.15 of
 //! `/healthz`; remembered, it is well past 0.3.
 //!
@@ -11,7 +11,8 @@
 //!
 //! A key can also be held: a change this process is about to commit holds its key from before
 //! the commit until the change's own notification comes back, so that whoever made it reads it
-//! back at once (from the database), never the state before it.
+//! back at once (from the database), never the state before it. A hold lasts [`HOLD`] at most:
+//! one whose transaction rolled back gets no notification.
 
 use std::{
     borrow::Borrow,
@@ -23,6 +24,9 @@ use std::{
 
 use super::Hub;
 
+/// The longest a key stays held without its notification.
+const HOLD: Duration = Duration::from_secs(5);
+
 pub struct Remembered<K, V> {
     hub: Hub,
     capacity: usize,
@@ -31,15 +35,17 @@ pub struct Remembered<K, V> {
 
 struct State<K, V> {
     entries: HashMap<K, (V, Instant)>,
-    /// Keys held until a notification at least this far along (see the module docs).
-    held: HashMap<K, i64>,
+    /// Keys held until a notification at least this far along, or until [`HOLD`] after they
+    /// were taken (see the module docs).
+    held: HashMap<K, (i64, Instant)>,
     /// Counts forgettings: a lookup remembers only if none happened since its ticket.
     epoch: u64,
 }
 
-/// When a lookup began, in forgettings (see [`Remembered::ticket`]).
+/// When a lookup began: in forgettings (see [`Remembered::ticket`]), and in time (what it
+/// reads may be kept from then on).
 #[derive(Debug, Clone, Copy)]
-pub struct Ticket(u64);
+pub struct Ticket(u64, Instant);
 
 impl<K: Eq + Hash + Clone, V: Clone> Remembered<K, V> {
     /// Remembers at most `capacity` entries.
@@ -71,7 +77,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Remembered<K, V> {
         }
         let state = self.state();
         match state.entries.get(key) {
-            Some((value, until)) if *until > Instant::now() && !state.held.contains_key(key) => {
+            Some((value, until)) if *until > Instant::now() && !state.holds(key) => {
                 Some(value.clone())
             }
             _ => None,
@@ -80,14 +86,14 @@ impl<K: Eq + Hash + Clone, V: Clone> Remembered<K, V> {
 
     /// Taken before reading what [`Self::remember`] may keep.
     pub fn ticket(&self) -> Ticket {
-        Ticket(self.state().epoch)
+        Ticket(self.state().epoch, Instant::now())
     }
 
     /// Keeps `value` for `key` for up to `lasting`, if nothing was forgotten since `ticket` and
     /// the key is not held.
     pub fn remember(&self, ticket: Ticket, key: K, value: V, lasting: Duration) {
         let mut state = self.state();
-        if state.epoch != ticket.0 || state.held.contains_key(&key) || !self.hub.is_listening() {
+        if state.epoch != ticket.0 || state.holds(&key) || !self.hub.is_listening() {
             return;
         }
         if state.entries.len() >= self.capacity {
@@ -97,7 +103,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Remembered<K, V> {
                 state.entries.clear();
             }
         }
-        state.entries.insert(key, (value, Instant::now() + lasting));
+        state.entries.insert(key, (value, ticket.1 + lasting));
     }
 
     /// Forgets `key`; a hold on it ends if `mark` reaches the hold's.
@@ -105,7 +111,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Remembered<K, V> {
         let mut state = self.state();
         state.epoch += 1;
         state.entries.remove(key);
-        if state.held.get(key).is_some_and(|&held| mark >= held) {
+        if state.held.get(key).is_some_and(|&(held, _)| mark >= held) {
             state.held.remove(key);
         }
     }
@@ -130,14 +136,25 @@ impl<K: Eq + Hash + Clone, V: Clone> Remembered<K, V> {
         let mut state = self.state();
         state.epoch += 1;
         state.entries.remove(&key);
-        let held = state.held.entry(key).or_insert(mark);
-        *held = (*held).max(mark);
-        // Holds whose notification never comes (their transaction rolled back) are few; a
-        // resync drops them all, and so does this bound.
+        let now = Instant::now();
+        let held = state.held.entry(key).or_insert((mark, now));
+        *held = (held.0.max(mark), now);
         if state.held.len() > self.capacity {
-            state.held.clear();
-            state.entries.clear();
+            state
+                .held
+                .retain(|_, (_, since)| now.duration_since(*since) < HOLD);
         }
+    }
+}
+
+impl<K: Eq + Hash, V> State<K, V> {
+    fn holds<Q: Eq + Hash + ?Sized>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+    {
+        self.held
+            .get(key)
+            .is_some_and(|(_, since)| since.elapsed() < HOLD)
     }
 }
 

@@ -17,7 +17,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::{
-    notify, queue,
+    queue,
     states::{DatasetState, JobKind},
 };
 
@@ -143,7 +143,11 @@ pub async fn prune(
         .fetch_all(&mut *conn)
         .await?,
     );
-    notify::jobs_gone(&mut *conn, &gone).await?;
+    // Not announced: a burst of thousands would overflow every process's channel of changes
+    // (and so make every live stream read again), for jobs nobody has read in months. A
+    // process that read one lately serves it for a second at most (`progress::recent`);
+    // this one forgets them now.
+    crate::progress::recent::gone(&gone);
     let jobs = gone.len() as u64;
 
     // Datasets that are not `ready` (deleted, or left provisional by a failed import) once no

@@ -676,7 +676,7 @@ impl WorkerProcess {
             .env("CONVEYOR_WORKER_CONCURRENCY", "1")
             .env("CONVEYOR_HEARTBEAT_SECS", "0.2")
             .env("CONVEYOR_LEASE_SECS", "1")
-            .env("CONVEYOR_DB_POOL", "4")
+            .env("CONVEYOR_DB_POOL", "6")
             .env("RUST_LOG", "warn")
             .envs(settings.iter().copied())
             .stdin(Stdio::null())

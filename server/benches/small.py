@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""`make bench` (small part; alone: `make bench ONLY=small`): many small imports (issue 15).
+
+On a release server running its workers, `--jobs` (default 10,000) imports of `--rows`
+(default 100) rows each, made by 16 clients at once (upload, then `POST /api/jobs`), each into
+a dataset of its own, by one owner. When half are made, another owner makes one import of the
+same size. Prints:
+  - jobs/s from the first upload to the last job completed (goal: >= 1,000 jobs/s);
+  - p50 / p99 of `POST /api/jobs` (creating a job, its file already uploaded);
+  - the other owner's job: created -> completed (one owner's backlog must not starve another);
+  - the server's peak RSS.
+Standard library only; completion is watched through the job list's exact per-status counts.
+"""
+
+import argparse
+import datetime
+import http.client
+import json
+import math
+import statistics
+import sys
+import threading
+import time
+
+import imports
+from imports import AUTH, Server, follow_until_finished, sign_in
+
+GOAL_JOBS_PER_S = 1000
+BOUNDARY = "benchboundary"
+
+
+def multipart(rows):
+    """An upload body holding a CSV of `rows` rows."""
+    csv = "id,name\n" + "".join(f"{i},row {i}\n" for i in range(rows))
+    return (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; "
+            f"filename=\"small.csv\"\r\nContent-Type: text/csv\r\n\r\n{csv}\r\n"
+            f"--{BOUNDARY}--\r\n").encode()
+
+
+class Client:
+    """One keep-alive connection, with the signed-in owner's token."""
+
+    def __init__(self, port, auth):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.auth = dict(auth)
+
+    def call(self, method, path, data, content_type, ok):
+        self.conn.request(method, path, data, {**self.auth, "content-type": content_type})
+        response = self.conn.getresponse()
+        answer = response.read()
+        if response.status != ok:
+            raise RuntimeError(f"{method} {path} answered {response.status}: {answer[:300]!r}")
+        return json.loads(answer)
+
+    def import_file(self, body, dataset):
+        """Uploads, then creates the import; its job and the create request's seconds."""
+        upload = self.call("POST", "/api/uploads", body,
+                           f"multipart/form-data; boundary={BOUNDARY}", 201)
+        request = json.dumps({"jobType": "import", "fileGuid": upload["id"], "dataset": dataset})
+        start = time.monotonic()
+        job = self.call("POST", "/api/jobs", request, "application/json", 202)
+        return job, time.monotonic() - start
+
+
+def create_imports(port, jobs, rows, parallel, name, midway=None):
+    """`jobs` imports of `rows` rows from `parallel` clients; the create latencies. `midway`
+    runs (on its own thread) once half are made."""
+    body = multipart(rows)
+    latencies, errors, lock = [], [], threading.Lock()
+    made = [0]
+    started_midway = threading.Event()
+
+    def create(first):
+        client = Client(port, AUTH)
+        try:
+            for n in range(first, jobs, parallel):
+                _, seconds = client.import_file(body, f"{name}_{n}")
+                with lock:
+                    latencies.append(seconds)
+                    made[0] += 1
+                    if midway and made[0] == jobs // 2 and not started_midway.is_set():
+                        started_midway.set()
+                        threading.Thread(target=midway).start()
+        except Exception as error:  # reported by the caller, which alone can stop the run
+            with lock:
+                errors.append(error)
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(parallel)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        sys.exit(f"creating small jobs failed: {errors[0]}")
+    return latencies
+
+
+def wait_finished(port, auth, jobs):
+    """Until `jobs` imports of the owner have finished (the job list's exact counts); fails if
+    one did not complete."""
+    client = Client(port, auth)
+    while True:
+        page = client.call("GET", "/api/jobs?limit=1&type=import", None, "application/json", 200)
+        counts = {count["status"]: count["count"] for count in page["counts"]}
+        if counts.get("failed", 0) or counts.get("cancelled", 0):
+            sys.exit(f"small jobs did not complete: {counts}")
+        if counts.get("completed", 0) >= jobs:
+            return
+        time.sleep(0.05)  # measuring: the poll's own period bounds the error
+
+
+def small_jobs(args, jobs, rows, parallel=16):
+    """Imports created -> all completed, on the running server: jobs/s and create latencies."""
+    start = time.monotonic()
+    latencies = create_imports(args.port, jobs, rows, parallel, f"small_{int(start)}")
+    wait_finished(args.port, AUTH, jobs)
+    return jobs / (time.monotonic() - start), latencies
+
+
+def p50_p99(values):
+    ordered = sorted(values)
+    return (statistics.median(ordered) * 1000,
+            ordered[max(0, math.ceil(len(ordered) * 0.99) - 1)] * 1000)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--server", required=True, help="the release server binary")
+    parser.add_argument("--db-url", required=True)
+    parser.add_argument("--port", type=int, default=3402)
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--rows", type=int, default=100)
+    parser.add_argument("--parallel", type=int, default=16)
+    args = parser.parse_args()
+
+    sign_in(args, email="small-other@example.com")
+    other_auth = dict(AUTH)
+    sign_in(args, email="small-bench@example.com")
+    other = {}
+
+    def other_owner():
+        client = Client(args.port, other_auth)
+        created = time.monotonic()
+        job, _ = client.import_file(multipart(args.rows), "small_other")
+        other["job"] = job
+        other["created"] = created
+
+    env = {"CONVEYOR_MAX_ACTIVE_JOBS": str(args.jobs * 2),
+           "CONVEYOR_MAX_UPLOADS_AT_ONCE": str(args.parallel * 2)}
+    with Server(args, env=env) as server:
+        start = time.monotonic()
+        latencies = create_imports(args.port, args.jobs, args.rows, args.parallel, "small",
+                                   midway=other_owner)
+        created = time.monotonic()
+        wait_finished(args.port, AUTH, args.jobs)
+        rate = args.jobs / (time.monotonic() - start)
+        imports.AUTH.clear()
+        imports.AUTH.update(other_auth)
+        done = follow_until_finished("127.0.0.1", args.port, other["job"]["id"])
+        if done["status"] != "completed":
+            sys.exit(f"the other owner's job did not complete: {done}")
+        stamp = lambda text: datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        other_wait = stamp(done["finishedAt"]) - stamp(done["createdAt"])
+        rss = server.peak_rss_mb()
+    p50, p99 = p50_p99(latencies)
+    print(f"Small imports: {args.jobs:,} jobs of {args.rows} rows, {args.parallel} clients, "
+          f"each into its own dataset")
+    print(f"  first upload -> last completed: {rate:,.0f} jobs/s (goal >= {GOAL_JOBS_PER_S:,}: "
+          f"{'met' if rate >= GOAL_JOBS_PER_S else 'NOT met'}); all made in "
+          f"{created - start:.1f} s ({args.jobs / (created - start):,.0f} jobs/s)")
+    print(f"  POST /api/jobs: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+    print(f"  another owner's job, made half way: created -> completed in "
+          f"{other_wait.total_seconds():.2f} s")
+    print(f"  server peak RSS {rss:,.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
