@@ -19,9 +19,7 @@ The goal: >= 5,000 items/s end to end on this machine. Standard library only.
 import argparse
 import http.client
 import json
-import math
 import os
-import statistics
 import subprocess
 import sys
 import threading
@@ -145,12 +143,8 @@ def main():
         latencies_after = long_poll_latency(args, token, args.latency_tries)
         small_rate, _ = small.small_jobs(args, args.small_jobs, rows=10)
         rss = server.peak_rss_mb()
-    def p50_p99(values):
-        ordered = sorted(values)
-        return (statistics.median(ordered) * 1000,
-                ordered[max(0, math.ceil(len(ordered) * 0.99) - 1)] * 1000)
-    p50, p99 = p50_p99(latencies)
-    after50, after99 = p50_p99(latencies_after)
+    p50, p99 = small.p50_p99(latencies)
+    after50, after99 = small.p50_p99(latencies_after)
     print(f"Jobs of a registered type, {args.items:,} no-op items, {args.workers} external workers")
     print(f"  filling the job: {fill_rate:,.0f} items/s (batches of 10,000)")
     print(f"  sealed -> completed: {elapsed:.1f} s, {rate:,.0f} items/s "

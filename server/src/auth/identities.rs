@@ -14,13 +14,12 @@ use std::{
 };
 
 use app::auth::Me;
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::progress::{
     Change, Hub,
-    remembered::{Live, Remembered, Ticket},
+    remembered::{self, Live, Remembered, Ticket},
 };
 
 /// Credentials remembered at most.
@@ -47,31 +46,22 @@ impl Identities {
             held: Mutex::default(),
         });
         LIVE.add(&identities);
-        let mut changes = hub.accounts();
-        let forgetting = Arc::downgrade(&identities);
-        tokio::spawn(async move {
-            loop {
-                let change = tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    change = changes.recv() => change,
-                };
-                let Some(identities) = forgetting.upgrade() else {
-                    return;
-                };
-                match change {
-                    Ok(Change::Account(id)) => {
-                        identities.forget(id);
-                        identities.held().remove(&id);
-                    }
-                    Ok(Change::Job(_)) => {}
-                    Ok(Change::Resync) | Err(RecvError::Lagged(_)) => {
-                        identities.remembered.forget_all();
-                        identities.held().clear();
-                    }
-                    Err(RecvError::Closed) => return,
+        remembered::follow(
+            &identities,
+            hub.accounts(),
+            shutdown,
+            |identities, change| match change {
+                Change::Account(id) => {
+                    identities.forget(id);
+                    identities.held().remove(&id);
                 }
-            }
-        });
+                Change::Job(_) => {}
+                Change::Resync => {
+                    identities.remembered.forget_all();
+                    identities.held().clear();
+                }
+            },
+        );
         identities
     }
 

@@ -11,13 +11,12 @@
 use std::{sync::Arc, time::Duration};
 
 use sqlx::PgPool;
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::{
     Change, Hub,
-    remembered::{Live, Remembered},
+    remembered::{self, Live, Remembered},
     views::Shown,
 };
 use crate::{auth::Sees, store::jobs};
@@ -42,27 +41,16 @@ impl RecentViews {
             remembered: Remembered::new(hub.clone(), CAPACITY),
         });
         LIVE.add(&recent);
-        let mut changes = hub.subscribe();
-        let forgetting = Arc::downgrade(&recent);
-        tokio::spawn(async move {
-            loop {
-                let change = tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    change = changes.recv() => change,
-                };
-                let Some(recent) = forgetting.upgrade() else {
-                    return;
-                };
-                match change {
-                    Ok(Change::Job(job)) => recent.remembered.forget(&job.id, job.version),
-                    Ok(Change::Account(_)) => {}
-                    Ok(Change::Resync) | Err(RecvError::Lagged(_)) => {
-                        recent.remembered.forget_all()
-                    }
-                    Err(RecvError::Closed) => return,
-                }
-            }
-        });
+        remembered::follow(
+            &recent,
+            hub.subscribe(),
+            shutdown,
+            |recent, change| match change {
+                Change::Job(job) => recent.remembered.forget(&job.id, job.version),
+                Change::Account(_) => {}
+                Change::Resync => recent.remembered.forget_all(),
+            },
+        );
         recent
     }
 

@@ -22,7 +22,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::Hub;
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio_util::sync::CancellationToken;
+
+use super::{Change, Hub};
 
 /// The longest a key stays held without its notification.
 const HOLD: Duration = Duration::from_secs(5);
@@ -190,4 +193,31 @@ impl<T> Live<T> {
             f(&one);
         }
     }
+}
+
+/// Hands `memory` every change `changes` brings (a lagged channel as [`Change::Resync`]: changes
+/// were missed), on a task of its own, while `memory` lives and until `shutdown`.
+pub fn follow<T: Send + Sync + 'static>(
+    memory: &Arc<T>,
+    mut changes: broadcast::Receiver<Change>,
+    shutdown: CancellationToken,
+    on_change: impl Fn(&T, Change) + Send + 'static,
+) {
+    let memory = Arc::downgrade(memory);
+    tokio::spawn(async move {
+        loop {
+            let change = tokio::select! {
+                () = shutdown.cancelled() => return,
+                change = changes.recv() => match change {
+                    Ok(change) => change,
+                    Err(RecvError::Lagged(_)) => Change::Resync,
+                    Err(RecvError::Closed) => return,
+                },
+            };
+            let Some(memory) = memory.upgrade() else {
+                return;
+            };
+            on_change(&memory, change);
+        }
+    });
 }
