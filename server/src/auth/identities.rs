@@ -8,9 +8,8 @@
 //! demotion through this process is judged afresh at once.
 
 use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
 };
 
 use app::auth::Me;
@@ -19,7 +18,7 @@ use uuid::Uuid;
 
 use crate::progress::{
     Change, Hub,
-    remembered::{self, Live, Remembered, Ticket},
+    remembered::{self, Holds, Live, Remembered, Ticket},
 };
 
 /// Credentials remembered at most.
@@ -27,13 +26,10 @@ const CAPACITY: usize = 10_000;
 
 pub struct Identities {
     remembered: Remembered<Vec<u8>, Me>,
-    /// People whose change is being committed, since when: not served nor remembered until
-    /// their notification comes back, or for [`HOLD`] at most.
-    held: Mutex<HashMap<Uuid, Instant>>,
+    /// People whose change is being committed: not served nor remembered until their
+    /// notification comes back (or for `remembered::HOLD` at most).
+    held: Mutex<Holds<Uuid>>,
 }
-
-/// The longest a person stays held without their notification.
-const HOLD: Duration = Duration::from_secs(5);
 
 /// Every [`Identities`] of this process.
 static LIVE: Live<Identities> = Live::new();
@@ -43,7 +39,7 @@ impl Identities {
     pub fn start(hub: &Hub, shutdown: CancellationToken) -> Arc<Self> {
         let identities = Arc::new(Self {
             remembered: Remembered::new(hub.clone(), CAPACITY),
-            held: Mutex::default(),
+            held: Mutex::new(Holds::new(CAPACITY)),
         });
         LIVE.add(&identities);
         remembered::follow(
@@ -53,7 +49,7 @@ impl Identities {
             |identities, change| match change {
                 Change::Account(id) => {
                     identities.forget(id);
-                    identities.held().remove(&id);
+                    identities.held().release(&id, 0);
                 }
                 Change::Job(_) => {}
                 Change::Resync => {
@@ -72,16 +68,14 @@ impl Identities {
             .filter(|me| !self.holds(me.id))
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Instant>> {
+    fn held(&self) -> MutexGuard<'_, Holds<Uuid>> {
         self.held
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn holds(&self, person: Uuid) -> bool {
-        self.held()
-            .get(&person)
-            .is_some_and(|since| since.elapsed() < HOLD)
+        self.held().holds(&person)
     }
 
     /// Taken before the credential is looked up.
@@ -103,11 +97,7 @@ impl Identities {
 /// A transaction is changing `person`'s sessions, tokens or role.
 pub fn changing(person: Uuid) {
     LIVE.each(|identities| {
-        let mut held = identities.held();
-        let now = Instant::now();
-        held.retain(|_, since| now.duration_since(*since) < HOLD);
-        held.insert(person, now);
-        drop(held);
+        identities.held().hold(person, 0);
         identities.forget(person);
     });
 }

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Change, Hub};
 
 /// The longest a key stays held without its notification.
-const HOLD: Duration = Duration::from_secs(5);
+pub const HOLD: Duration = Duration::from_secs(5);
 
 pub struct Remembered<K, V> {
     hub: Hub,
@@ -38,9 +38,7 @@ pub struct Remembered<K, V> {
 
 struct State<K, V> {
     entries: HashMap<K, (V, Instant)>,
-    /// Keys held until a notification at least this far along, or until [`HOLD`] after they
-    /// were taken (see the module docs).
-    held: HashMap<K, (i64, Instant)>,
+    held: Holds<K>,
     /// Counts forgettings: a lookup remembers only if none happened since its ticket.
     epoch: u64,
 }
@@ -58,7 +56,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Remembered<K, V> {
             capacity,
             state: Mutex::new(State {
                 entries: HashMap::new(),
-                held: HashMap::new(),
+                held: Holds::new(capacity),
                 epoch: 0,
             }),
         }
@@ -80,7 +78,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Remembered<K, V> {
         }
         let state = self.state();
         match state.entries.get(key) {
-            Some((value, until)) if *until > Instant::now() && !state.holds(key) => {
+            Some((value, until)) if *until > Instant::now() && !state.held.holds(key) => {
                 Some(value.clone())
             }
             _ => None,
@@ -96,7 +94,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Remembered<K, V> {
     /// the key is not held.
     pub fn remember(&self, ticket: Ticket, key: K, value: V, lasting: Duration) {
         let mut state = self.state();
-        if state.epoch != ticket.0 || state.holds(&key) || !self.hub.is_listening() {
+        if state.epoch != ticket.0 || state.held.holds(&key) || !self.hub.is_listening() {
             return;
         }
         if state.entries.len() >= self.capacity {
@@ -114,9 +112,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Remembered<K, V> {
         let mut state = self.state();
         state.epoch += 1;
         state.entries.remove(key);
-        if state.held.get(key).is_some_and(|&(held, _)| mark >= held) {
-            state.held.remove(key);
-        }
+        state.held.release(key, mark);
     }
 
     /// Forgets the entries `gone` picks.
@@ -139,25 +135,57 @@ impl<K: Eq + Hash + Clone, V: Clone> Remembered<K, V> {
         let mut state = self.state();
         state.epoch += 1;
         state.entries.remove(&key);
-        let now = Instant::now();
-        let held = state.held.entry(key).or_insert((mark, now));
-        *held = (held.0.max(mark), now);
-        if state.held.len() > self.capacity {
-            state
-                .held
-                .retain(|_, (_, since)| now.duration_since(*since) < HOLD);
-        }
+        state.held.hold(key, mark);
     }
 }
 
-impl<K: Eq + Hash, V> State<K, V> {
-    fn holds<Q: Eq + Hash + ?Sized>(&self, key: &Q) -> bool
+/// Keys held until a notification at least as far along as their mark, or for [`HOLD`] at
+/// most (see the module docs).
+pub struct Holds<K> {
+    held: HashMap<K, (i64, Instant)>,
+    /// Past this many, holds older than [`HOLD`] are dropped.
+    capacity: usize,
+}
+
+impl<K: Eq + Hash> Holds<K> {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            held: HashMap::new(),
+            capacity,
+        }
+    }
+
+    pub fn hold(&mut self, key: K, mark: i64) {
+        let now = Instant::now();
+        let held = self.held.entry(key).or_insert((mark, now));
+        *held = (held.0.max(mark), now);
+        if self.held.len() > self.capacity {
+            self.held
+                .retain(|_, (_, since)| now.duration_since(*since) < HOLD);
+        }
+    }
+
+    pub fn holds<Q: Eq + Hash + ?Sized>(&self, key: &Q) -> bool
     where
         K: Borrow<Q>,
     {
         self.held
             .get(key)
             .is_some_and(|(_, since)| since.elapsed() < HOLD)
+    }
+
+    /// Ends the hold on `key` if `mark` reaches its mark.
+    pub fn release<Q: Eq + Hash + ?Sized>(&mut self, key: &Q, mark: i64)
+    where
+        K: Borrow<Q>,
+    {
+        if self.held.get(key).is_some_and(|&(held, _)| mark >= held) {
+            self.held.remove(key);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.held.clear();
     }
 }
 
