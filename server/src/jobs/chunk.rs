@@ -11,7 +11,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use sqlx::{Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -142,6 +142,33 @@ async fn write(
     parsed: &csv::ChunkRows,
     stop: &CancellationToken,
 ) -> Result<(), TaskError> {
+    let Some(version) = write_rows(&mut tx, job_id, job, keyed, parsed).await? else {
+        // The job ended while we worked (failed or cancelled): write nothing.
+        tx.rollback().await?;
+        return Ok(());
+    };
+    notify::job_changed(&mut tx, job_id, version).await?;
+    if stop.is_cancelled() {
+        // Stopped while writing (the job was cancelled, the lease lost, the process is
+        // stopping): this run counts for nothing.
+        tx.rollback().await?;
+        return Err(TaskError::Stopped);
+    }
+    tx.commit().await?;
+    telemetry::rows_imported(parsed.rows.len() as i64, parsed.errors.len() as i64);
+    Ok(())
+}
+
+/// Writes a done chunk's rows and row errors and adds them to the job's and dataset's counts,
+/// in the caller's transaction; the job's new version, or `None` (and the transaction must be
+/// rolled back) if the job is no longer running.
+pub async fn write_rows(
+    tx: &mut PgConnection,
+    job_id: Uuid,
+    job: &ImportJob,
+    keyed: bool,
+    parsed: &csv::ChunkRows,
+) -> sqlx::Result<Option<i64>> {
     let mut counts = ChunkCounts {
         ok: parsed.rows.len() as i64,
         updated: 0,
@@ -151,38 +178,27 @@ async fn write(
         let (row_nos, keys, rows) = last_of_each_key(parsed);
         let new_rows = if job.dry_run {
             // A dry run writes no row: it counts the keys it has not met.
-            datasets::dry_run_new_keys(&mut tx, job_id, job.dataset_id, &keys).await?
+            datasets::dry_run_new_keys(&mut *tx, job_id, job.dataset_id, &keys).await?
         } else {
-            datasets::upsert_rows(&mut tx, job.dataset_id, job.seq, &row_nos, &keys, &rows).await?
+            datasets::upsert_rows(&mut *tx, job.dataset_id, job.seq, &row_nos, &keys, &rows).await?
         };
         counts.updated = counts.ok - new_rows;
         new_rows
     } else {
         if !job.dry_run {
             let (row_nos, rows) = (&parsed.row_nos, &parsed.rows);
-            datasets::insert_rows(&mut tx, job.dataset_id, job.seq, row_nos, rows).await?;
+            datasets::insert_rows(&mut *tx, job.dataset_id, job.seq, row_nos, rows).await?;
         }
         counts.ok
     };
-    errors::insert(&mut tx, job_id, &parsed.errors).await?;
-    let Some(added) = states::job::add_chunk(&mut tx, job_id, counts).await? else {
-        // The job ended while we worked (failed or cancelled): write nothing.
-        tx.rollback().await?;
-        return Ok(());
+    errors::insert(&mut *tx, job_id, &parsed.errors).await?;
+    let Some(added) = states::job::add_chunk(&mut *tx, job_id, counts).await? else {
+        return Ok(None);
     };
     if !job.dry_run {
-        datasets::count_added(&mut tx, job.dataset_id, new_rows).await?;
+        datasets::count_added(&mut *tx, job.dataset_id, new_rows).await?;
     }
-    notify::job_changed(&mut tx, job_id, added.version).await?;
-    if stop.is_cancelled() {
-        // Stopped while writing (the job was cancelled, the lease lost, the process is
-        // stopping): this run counts for nothing.
-        tx.rollback().await?;
-        return Err(TaskError::Stopped);
-    }
-    tx.commit().await?;
-    telemetry::rows_imported(counts.ok, counts.failed);
-    Ok(())
+    Ok(Some(added.version))
 }
 
 /// The rows to write for a keyed dataset: of rows sharing a key, only the last (it replaces the

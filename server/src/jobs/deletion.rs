@@ -76,7 +76,10 @@ pub async fn queue(
         .await?
         .ok_or(sqlx::Error::RowNotFound)?;
     let task = TaskMsg::DeleteRows { job_id: job.id };
-    queue::push(conn, &[(task, job.ticket)], Priority::New).await?;
+    let turn = Priority::Turn {
+        ahead: jobs::ahead(conn, job.id).await?,
+    };
+    queue::push(conn, &[(task, job.ticket)], turn).await?;
     notify::job_changed(conn, job.id, 1).await?;
     Ok(job.id)
 }

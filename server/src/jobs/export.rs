@@ -3,38 +3,36 @@
 //!
 //! - **plan**: cut the dataset's rows, in key order, into ranges of `chunk_rows` positions
 //!   (from a few index entries per import, not by reading the rows); make the file the chunks
-//!   write (`uploads::create_output`) with the header as its first part; record the ranges and
-//!   queue one task per range (or the finish task at once for an empty dataset).
+//!   write (`uploads::create_output`, with a CSV's header as its first part); record the ranges
+//!   and queue one task per range (or the finish task at once for an empty dataset).
 //! - **chunk**: read the range's records with one `COPY … TO STDOUT`, render them as CSV
-//!   records and store them as the file's part for this chunk, behind the same done-gate as
-//!   import chunks, so each range counts once. Chunks run in parallel on every worker, so the
-//!   file is written once, by all of them at the same time. The transaction that finishes the
-//!   last chunk checks that every row was written, then completes a CSV export there and then,
-//!   or queues the finish task of an XLSX one.
-//! - **finish**: for XLSX, pour the CSV file through rust_xlsxwriter, typed by the dataset's
-//!   columns, into a new file, complete the job and drop the CSV. (For CSV it only completes
-//!   what no last chunk did: an empty dataset, or a job rescued by the sweeper.)
+//!   records or as a piece of the sheet's deflated XML, and store them as the file's parts for
+//!   this chunk ([`super::export_file`]), behind the same done-gate as import chunks, so each
+//!   range counts once. Chunks run in parallel on every worker, so the file is written once,
+//!   by all of them at the same time. The transaction that finishes the last chunk checks that
+//!   every row was written, adds what only the end knows (an XLSX file's zip header and
+//!   directory) and completes the export there and then.
+//! - **finish**: completes what no last chunk did: an empty dataset, or a job rescued by the
+//!   sweeper.
 
-use bytes::Bytes;
-use futures::{Stream, TryStreamExt};
-use rust_xlsxwriter::XlsxError;
 use sqlx::PgConnection;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use app::{history::RunOutcome, model::Remedy};
 
-use super::{Engine, Refusal, Run, TaskError, pipe};
+use super::{
+    Engine, Refusal, Run, TaskError,
+    export_file::{self, MAX_CHUNKS},
+};
 use crate::{
-    spreadsheet::{
-        output::{self, CsvRows, LongText, MAX_XLSX_ROWS},
-        schema::Column,
-    },
+    spreadsheet::output::{self, MAX_XLSX_ROWS},
     store::{
-        chunks, datasets, exports, history, jobs, leases, notify,
+        chunks, datasets, exports, history,
+        jobs::{self, ExportJob},
+        leases, notify,
         queue::{self, Priority, TaskMsg},
         states::{self, ExportFormat, job::ChunkCounts},
-        uploads::{self, UploadError, UploadLimits},
+        uploads,
     },
 };
 
@@ -80,10 +78,16 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
             ranges.len()
         )));
     }
-    let columns = datasets::schema(&mut tx, job.dataset_id).await?.0;
-    let csv_name = format!("{}.csv", job.dataset);
-    let output = uploads::create_output(&mut tx, job.owner, &csv_name, CSV_TYPE).await?;
-    uploads::put_output_part(&mut tx, output, 0, &output::header_csv(&columns)).await?;
+    let filename = format!("{}.{}", job.dataset, job.format.as_str());
+    let content_type = match job.format {
+        ExportFormat::Csv => CSV_TYPE,
+        ExportFormat::Xlsx => XLSX_TYPE,
+    };
+    let output = uploads::create_output(&mut tx, job.owner, &filename, content_type).await?;
+    if job.format == ExportFormat::Csv {
+        let columns = datasets::schema(&mut tx, job.dataset_id).await?.0;
+        uploads::put_output_part(&mut tx, output, 0, &output::header_csv(&columns)).await?;
+    }
     exports::set_output(&mut tx, job_id, output).await?;
     exports::insert_chunks(&mut tx, job_id, &ranges).await?;
     let chunks_total = ranges.len() as i32;
@@ -100,7 +104,10 @@ pub async fn plan(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
             .map(|(chunk_no, ticket)| (TaskMsg::ExportChunk { job_id, chunk_no }, ticket))
             .collect()
     };
-    queue::push(&mut tx, &tasks, Priority::New).await?;
+    let turn = Priority::Turn {
+        ahead: jobs::ahead(&mut tx, job_id).await?,
+    };
+    queue::push(&mut tx, &tasks, turn).await?;
     notify::job_changed(&mut tx, job_id, version).await?;
     tx.commit().await?;
     tracing::info!(%job_id, rows, chunks = chunks_total, "export planned");
@@ -136,13 +143,20 @@ pub async fn chunk(
     // run that lost its lease to another finds the chunk not its own then, or its parts taken.
     let mut tx = pool.begin().await?;
     let messages = exports::records_in(pool, job.dataset_id, &range).await?;
-    let count = write_parts(messages, &mut tx, output, chunk_no, &columns, run.stop).await?;
+    let sheet = job.format == ExportFormat::Xlsx;
+    let (count, piece) = export_file::write_parts(
+        messages, &mut tx, output, chunk_no, &columns, sheet, run.stop,
+    )
+    .await?;
     if !chunks::claim(&mut tx, job_id, chunk_no, &run.lease.owner).await? {
         tx.rollback().await?;
         return Ok(());
     }
 
     states::chunk::done(&mut tx, job_id, chunk_no).await?;
+    if let Some(piece) = piece {
+        exports::record_piece(&mut tx, job_id, chunk_no, piece).await?;
+    }
     history::end_run(&mut *tx, &run.lease.owner, RunOutcome::Ok, None).await?;
     let counts = ChunkCounts {
         ok: count,
@@ -154,19 +168,12 @@ pub async fn chunk(
     };
     let mut version = added.version;
     if added.finish_export {
-        if job.format == ExportFormat::Csv {
-            match complete_csv(&mut tx, job_id, output).await? {
-                Some(completed) => version = completed,
-                None => {
-                    tx.rollback().await?;
-                    return Ok(());
-                }
+        match complete(&mut tx, job_id, &job, output).await? {
+            Some(completed) => version = completed,
+            None => {
+                tx.rollback().await?;
+                return Ok(());
             }
-        } else {
-            every_row_written(&mut tx, job_id).await?;
-            let ticket = leases::next_step(&mut tx, job_id).await?;
-            let finish = [(TaskMsg::ExportFinish { job_id }, ticket)];
-            queue::push(&mut tx, &finish, Priority::New).await?;
         }
     }
     notify::job_changed(&mut tx, job_id, version).await?;
@@ -178,99 +185,7 @@ pub async fn chunk(
     Ok(())
 }
 
-/// Renders a chunk's rows as CSV into parts of the export's file as they come; how many rows.
-/// The `COPY` is read to its end whatever happens, so that its connection goes back to the
-/// pool ready for the next query (one dropped half-read would greet it with the rest).
-async fn write_parts(
-    messages: impl Stream<Item = sqlx::Result<Bytes>>,
-    tx: &mut PgConnection,
-    output: Uuid,
-    chunk_no: i32,
-    columns: &[Column],
-    stop: &CancellationToken,
-) -> Result<i64, TaskError> {
-    let mut messages = std::pin::pin!(messages);
-    let mut parts = Parts::of_chunk(chunk_no);
-    let mut csv = CsvRows::with_capacity(columns, uploads::PART_BYTES + (64 << 10));
-    let mut copied = exports::CopiedRecords::default();
-    let mut failed = None;
-    while let Some(message) = messages.try_next().await? {
-        if failed.is_some() {
-            continue;
-        }
-        let mut render = || {
-            for record in copied.of(&message) {
-                csv.push(record?);
-            }
-            sqlx::Result::<()>::Ok(())
-        };
-        if let Err(err) = render() {
-            failed = Some(err.into());
-        } else if stop.is_cancelled() {
-            failed = Some(TaskError::Stopped);
-        } else if csv.bytes() >= uploads::PART_BYTES
-            && let Err(err) = parts.put(tx, output, csv.take()).await
-        {
-            failed = Some(err);
-        }
-        // Rendering runs on this task: let others run between messages that arrive at once.
-        tokio::task::consume_budget().await;
-    }
-    if let Some(err) = failed {
-        return Err(err);
-    }
-    parts.put(tx, output, csv.take()).await?;
-    Ok(csv.rows())
-}
-
-/// The parts of the export's file a chunk writes. The header is part 0; chunk `c` writes parts
-/// `(c + 1) << 12` and up, as many as its rows need (each about `uploads::PART_BYTES`), without
-/// knowing how many any other chunk writes: the file is its parts in order.
-struct Parts {
-    next: i32,
-    last: i32,
-}
-
-/// Chunks an export may have (the plan refuses more), and parts one chunk may write (4 GiB).
-const MAX_CHUNKS: usize = (1 << 19) - 1;
-const PARTS_PER_CHUNK: i32 = 1 << 12;
-
-impl Parts {
-    fn of_chunk(chunk_no: i32) -> Self {
-        let first = (chunk_no + 1) * PARTS_PER_CHUNK;
-        Parts {
-            next: first,
-            last: first + PARTS_PER_CHUNK - 1,
-        }
-    }
-
-    async fn put(
-        &mut self,
-        conn: &mut PgConnection,
-        output: Uuid,
-        part: Vec<u8>,
-    ) -> Result<(), TaskError> {
-        if part.is_empty() {
-            return Ok(());
-        }
-        if self.next > self.last {
-            return Err(TaskError::refused(format!(
-                "A part of the dataset holds more than {} GiB of rows. Export it with fewer \
-                 rows per part (CONVEYOR_EXPORT_CHUNK_ROWS).",
-                (PARTS_PER_CHUNK as usize * uploads::PART_BYTES) >> 30
-            )));
-        }
-        uploads::put_output_part(conn, output, self.next, &part).await?;
-        self.next += 1;
-        Ok(())
-    }
-}
-
-pub async fn finish(
-    engine: &Engine,
-    job_id: Uuid,
-    stop: &CancellationToken,
-) -> Result<(), TaskError> {
+pub async fn finish(engine: &Engine, job_id: Uuid) -> Result<(), TaskError> {
     let pool = &engine.pool;
     let job = {
         let mut conn = pool.acquire().await?;
@@ -282,71 +197,29 @@ pub async fn finish(
         return Ok(());
     };
     let output = output_of(&job)?;
-    if job.format == ExportFormat::Csv {
-        let mut tx = pool.begin().await?;
-        if let Some(version) = complete_csv(&mut tx, job_id, output).await? {
-            notify::job_changed(&mut tx, job_id, version).await?;
-            tx.commit().await?;
-        }
-        return Ok(());
-    }
-    every_row_written(&mut *pool.acquire().await?, job_id).await?;
-    let columns = {
-        let mut conn = pool.acquire().await?;
-        datasets::schema(&mut conn, job.dataset_id).await?.0
-    };
-    let csv = uploads::stream(pool.clone(), output).map_err(std::io::Error::other);
-    let csv = Box::pin(pipe::until_stopped(Box::pin(csv), stop.clone()));
-    let sheet = sheet_name(&job.dataset);
-    let (xlsx, written) = pipe::convert(csv, move |input, out| {
-        output::csv_to_xlsx(&columns, &sheet, LongText::Refuse, input, out)
-            .map(drop)
-            .map_err(refusal_of)
-    });
-    let filename = format!("{}.{}", job.dataset, job.format.as_str());
-    let save = uploads::save(
-        pool,
-        job.owner,
-        &filename,
-        Some(XLSX_TYPE),
-        UploadLimits::NONE,
-        xlsx,
-    );
-    let (saved, written) = tokio::join!(save, written);
-    // Storing the file failed first (the writer then only saw a broken pipe): retry.
-    let saved = match saved {
-        Err(UploadError::Database(err)) => return Err(err.into()),
-        other => other,
-    };
-    written?;
-    let saved = saved?;
-
     let mut tx = pool.begin().await?;
-    match states::job::complete_export(&mut tx, job_id, saved.id).await? {
-        Some(version) => {
-            uploads::delete(&mut *tx, output).await?;
-            notify::job_changed(&mut tx, job_id, version).await?;
-            tx.commit().await?;
-            tracing::info!(%job_id, bytes = saved.size, "export complete");
-        }
-        None => {
-            // Another run of this task finished first, or the job ended meanwhile.
-            tx.rollback().await?;
-            uploads::delete(pool, saved.id).await?;
-        }
+    if let Some(version) = complete(&mut tx, job_id, &job, output).await? {
+        notify::job_changed(&mut tx, job_id, version).await?;
+        tx.commit().await?;
     }
     Ok(())
 }
 
-/// Completes a CSV export whose chunks are all done, in the caller's transaction: its file is
-/// the one its chunks wrote. The job's new version; `None` when another run completed it
-/// first, or it ended meanwhile.
-async fn complete_csv(
+/// Completes an export whose chunks are all done, in the caller's transaction: its file is the
+/// one its chunks wrote (a workbook's zip closed around their pieces). The job's new version;
+/// `None` when another run completed it first, or it ended meanwhile.
+async fn complete(
     tx: &mut PgConnection,
     job_id: Uuid,
+    job: &ExportJob,
     output: Uuid,
 ) -> Result<Option<i64>, TaskError> {
     every_row_written(tx, job_id).await?;
+    if job.format == ExportFormat::Xlsx {
+        let columns = datasets::schema(tx, job.dataset_id).await?.0;
+        let sheet = sheet_name(&job.dataset);
+        export_file::close_workbook(tx, job_id, output, &columns, &sheet).await?;
+    }
     let bytes = uploads::seal_output(tx, output).await?;
     let completed = states::job::complete_export(tx, job_id, output).await?;
     if completed.is_some() {
@@ -369,27 +242,10 @@ async fn every_row_written(conn: &mut PgConnection, job_id: Uuid) -> Result<(), 
 
 /// The file the export's chunks write; gone only if retention removed it from a job that
 /// stopped long ago.
-fn output_of(job: &jobs::ExportJob) -> Result<Uuid, TaskError> {
+fn output_of(job: &ExportJob) -> Result<Uuid, TaskError> {
     job.output_upload_id.ok_or_else(|| {
         TaskError::refused("The export's unfinished file was removed. Export the dataset again.")
     })
-}
-
-/// Why the rows could not be written as XLSX: the disk or pipe (tried again), or the data,
-/// which no attempt can fix.
-fn refusal_of(err: XlsxError) -> TaskError {
-    match err {
-        XlsxError::IoError(err) => err.into(),
-        XlsxError::MaxStringLengthExceeded => TaskError::Refused(Refusal {
-            reason: format!(
-                "A cell holds more than {} characters, more than Excel allows. Export the \
-                 dataset as CSV instead.",
-                output::MAX_XLSX_CELL_CHARS
-            ),
-            remedy: Some(Remedy::ExportCsv),
-        }),
-        other => TaskError::refused(format!("The XLSX file could not be written: {other}.")),
-    }
 }
 
 pub const CSV_TYPE: &str = "text/csv; charset=utf-8";

@@ -4,15 +4,16 @@
 //!
 //! - Creating a job writes the job row and its plan task in one transaction ([`create`]).
 //! - The plan task ([`plan`]) reads a CSV file once, records every chunk and the row count,
-//!   marks the job `sealed` and queues one task per chunk, again in one transaction. A
+//!   marks the job `sealed` and queues one task per chunk, again in one transaction (a small
+//!   file of one chunk it imports itself, in the same transaction). A
 //!   workbook's sheet is converted to CSV ([`convert`]) and written chunk by chunk as it
 //!   streams, by the plan task itself ([`sheet`]), which seals the job at the end.
 //! - A chunk task ([`chunk`]) writes its rows, marks the chunk done and adds to the job's
 //!   counters in one transaction that does nothing if the chunk is already done: a redelivered,
 //!   duplicated or re-run task counts once. The last chunk of a sealed job completes it.
 //! - An export ([`export`]) runs the same states with its own tasks: plan (key ranges of the
-//!   dataset), one chunk task per range (rendered rows, behind the same done-gate), and a finish
-//!   task that assembles the file and completes the job.
+//!   dataset), one chunk task per range (rendered rows written into the file's parts, behind
+//!   the same done-gate), the last of which completes the job with its file.
 //! - A deletion ([`deletion`]) is one step: it removes a deleted dataset's rows batch by
 //!   batch, each batch counted as progress, and completes when none are left.
 //! - Every transition sends `job_progress` in its transaction (see [`crate::store::notify`]).
@@ -27,6 +28,7 @@ pub mod create;
 pub mod deletion;
 mod error;
 pub mod export;
+mod export_file;
 mod format;
 pub mod maintenance;
 pub mod pipe;

@@ -1,5 +1,7 @@
 //! The plan task: read the upload once, streaming, and turn it into chunks. A workbook's sheet
-//! is imported as it streams out of the converter instead ([`super::sheet`]).
+//! is imported as it streams out of the converter instead ([`super::sheet`]), and a CSV file
+//! small enough to be one chunk is imported by the plan itself, in one transaction
+//! ([`import_at_once`]).
 //!
 //! The scan runs on a blocking thread and pulls the upload's parts through a small channel, so
 //! memory stays flat however large the file. Everything the plan decides is written in one
@@ -9,23 +11,28 @@
 use std::io;
 
 use futures::TryStreamExt;
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Engine, TaskError, format, pipe, sheet};
+use super::{Engine, TaskError, chunk, format, pipe, sheet};
 use crate::{
     spreadsheet::{
-        Plan,
-        csv::{self, ScanError},
+        ChunkSpan, Plan,
+        csv::{self, ChunkRows, ScanError},
         reading::Reading,
         workbook,
     },
     store::{
-        chunks, datasets, jobs, notify,
+        chunks::{self, Recorded},
+        datasets,
+        jobs::{self, ImportJob},
+        notify,
         queue::{self, Priority, TaskMsg},
         states, uploads,
     },
+    telemetry,
 };
 
 pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Result<(), TaskError> {
@@ -52,12 +59,130 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
     }
     tx.commit().await?;
 
-    let head = uploads::read_range(&engine.pool, job.upload_id, 0, 8).await?;
+    let head = uploads::read_range(&engine.pool, job.upload_id, 0, SMALL_FILE).await?;
     if workbook::Kind::of(&head).is_some() {
         return sheet::run(engine, job_id, &job, stop).await;
     }
+    if (head.len() as u64) < SMALL_FILE {
+        // The whole file: scanned from memory, and imported at once if it is one chunk.
+        let (reading, chunk_rows) = (job.reading(), engine.chunk_rows);
+        let (plan, file) =
+            tokio::task::spawn_blocking(move || (csv::scan(&head[..], &reading, chunk_rows), head))
+                .await?;
+        let plan = plan.map_err(scan_failed)?;
+        return match plan.chunks[..] {
+            [span] => match import_at_once(engine, job_id, &plan, span, file, stop).await {
+                // A fault of ours (a full disk, say): the chunk runs as its own task instead,
+                // with its own attempts, and is listed as a failed part if they all fail.
+                Err(TaskError::Retry(cause)) => {
+                    tracing::warn!(%job_id, "importing at once failed, queueing its chunk: {cause}");
+                    seal(engine, job_id, plan).await
+                }
+                imported => imported,
+            },
+            _ => seal(engine, job_id, plan).await,
+        };
+    }
     let plan = scan_upload(engine, job.upload_id, job.reading(), stop).await?;
     seal(engine, job_id, plan).await
+}
+
+/// Files smaller than this are read whole by the plan (one part of an upload), and imported
+/// in its own transaction when they are one chunk: a small job pays for one task, not a plan
+/// and a chunk each with its queue round trip, lease and transactions (`make bench
+/// ONLY=small`).
+const SMALL_FILE: u64 = uploads::PART_BYTES as u64;
+
+/// Imports a file of one chunk in one transaction: its format, the seal, its chunk recorded
+/// done with its rows, and the job's end, with one notification.
+async fn import_at_once(
+    engine: &Engine,
+    job_id: Uuid,
+    plan: &Plan,
+    span: ChunkSpan,
+    file: Vec<u8>,
+    stop: &CancellationToken,
+) -> Result<(), TaskError> {
+    let mut tx = engine.pool.begin().await?;
+    let Some(job) = jobs::lock_import_job(&mut tx, job_id).await? else {
+        return Ok(());
+    };
+    if job.sealed || !job.is_running() {
+        return Ok(());
+    }
+    check_row_numbers(plan)?;
+    let format = format::row_format(&mut tx, &job, plan).await?;
+    let keyed = format.key.is_some();
+    let reading = format.clone();
+    let parsed = tokio::task::spawn_blocking(move || {
+        let bytes = file.get(span.byte_start as usize..span.byte_end as usize);
+        csv::rows_of(&span, bytes.unwrap_or_default(), &reading)
+    })
+    .await?;
+    // Sealed first, with its one chunk: writing the chunk then ends the job as the last chunk
+    // of any import does (completed, or failed past its row error limit).
+    if states::job::seal(&mut tx, job_id, Some(&format), plan.row_count, 1)
+        .await?
+        .is_none()
+    {
+        return Ok(());
+    }
+    let version = match write_chunk(&mut tx, job_id, &job, span, keyed, &parsed).await {
+        Ok(Some(version)) => version,
+        Ok(None) => return Ok(()),
+        Err(err) => {
+            // Rolled back here, before the caller seals the job the ordinary way.
+            tx.rollback().await?;
+            return Err(err);
+        }
+    };
+    notify::job_changed(&mut tx, job_id, version).await?;
+    if stop.is_cancelled() {
+        return Err(TaskError::Stopped);
+    }
+    tx.commit().await?;
+    telemetry::rows_imported(parsed.rows.len() as i64, parsed.errors.len() as i64);
+    tracing::info!(%job_id, rows = plan.row_count, "job imported at once");
+    Ok(())
+}
+
+/// Records the one chunk done and writes its rows: the job's new version, `None` if the job is
+/// no longer running.
+async fn write_chunk(
+    tx: &mut PgConnection,
+    job_id: Uuid,
+    job: &ImportJob,
+    span: ChunkSpan,
+    keyed: bool,
+    parsed: &ChunkRows,
+) -> Result<Option<i64>, TaskError> {
+    let recorded = chunks::record_done(tx, job_id, 0, &span).await?;
+    if recorded != Recorded::New {
+        // The job was locked and not sealed, and its chunk is recorded with the seal: no other
+        // run can have recorded it.
+        let found = format!("the one chunk of an unsealed job was recorded already ({recorded:?})");
+        return Err(std::io::Error::other(found).into());
+    }
+    Ok(chunk::write_rows(tx, job_id, job, keyed, parsed).await?)
+}
+
+/// Refused: the plan's last row would pass the row numbers a dataset keeps.
+fn check_row_numbers(plan: &Plan) -> Result<(), TaskError> {
+    let last_row_no = plan
+        .chunks
+        .last()
+        .map_or(0, |last| last.first_row + i64::from(last.row_count));
+    if last_row_no > datasets::MAX_ROW_NO {
+        return Err(format::too_many_rows());
+    }
+    Ok(())
+}
+
+fn scan_failed(err: ScanError) -> TaskError {
+    match err {
+        ScanError::File(reason) => TaskError::refused(reason.to_string()),
+        ScanError::Io(err) => err.into(),
+    }
 }
 
 async fn scan_upload(
@@ -71,10 +196,7 @@ async fn scan_upload(
     let parts = Box::pin(pipe::until_stopped(Box::pin(parts), stop.clone()));
     let scanned =
         pipe::read_with(parts, move |input| csv::scan(input, &reading, chunk_rows)).await?;
-    scanned.map_err(|err| match err {
-        ScanError::File(reason) => TaskError::refused(reason.to_string()),
-        ScanError::Io(err) => err.into(),
-    })
+    scanned.map_err(scan_failed)
 }
 
 async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError> {
@@ -86,13 +208,7 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
         // Another run of this task got here first, or the job ended meanwhile.
         return Ok(());
     }
-    let last_row_no = plan
-        .chunks
-        .last()
-        .map_or(0, |last| last.first_row + i64::from(last.row_count));
-    if last_row_no > datasets::MAX_ROW_NO {
-        return Err(format::too_many_rows());
-    }
+    check_row_numbers(&plan)?;
     // A refusal drops the transaction: it rolls back as its connection returns to the pool,
     // releasing the job row the runner then fails.
     let format = format::row_format(&mut tx, &job, &plan).await?;
@@ -108,7 +224,10 @@ async fn seal(engine: &Engine, job_id: Uuid, plan: Plan) -> Result<(), TaskError
         .into_iter()
         .map(|(chunk_no, ticket)| (TaskMsg::Chunk { job_id, chunk_no }, ticket))
         .collect();
-    queue::push(&mut tx, &tasks, Priority::New).await?;
+    let turn = Priority::Turn {
+        ahead: jobs::ahead(&mut tx, job_id).await?,
+    };
+    queue::push(&mut tx, &tasks, turn).await?;
     notify::job_changed(&mut tx, job_id, version).await?;
     tx.commit().await?;
     tracing::info!(%job_id, rows = plan.row_count, chunks = chunks_total, "job planned");

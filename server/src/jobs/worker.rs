@@ -356,7 +356,7 @@ async fn execute(
         TaskMsg::ExportChunk { job_id, chunk_no } => {
             export::chunk(&engine, job_id, chunk_no, run).await
         }
-        TaskMsg::ExportFinish { job_id } => export::finish(&engine, job_id, &stop).await,
+        TaskMsg::ExportFinish { job_id } => export::finish(&engine, job_id).await,
         TaskMsg::DeleteRows { job_id } => deletion::run(&engine, job_id, &stop).await,
     }
 }

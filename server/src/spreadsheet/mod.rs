@@ -14,6 +14,7 @@ pub mod reading;
 pub mod record;
 pub mod report;
 pub mod schema;
+pub mod sheet_writer;
 mod sniff;
 mod unzip;
 pub mod workbook;

@@ -214,7 +214,7 @@ pub fn csv_to_xlsx(
 /// The number, if a spreadsheet can hold it exactly: Excel keeps 15 significant digits and
 /// shows at most 30 decimal places, so any other number is written as text rather than silently
 /// rounded (30 places also keep every number far from a double's underflow).
-fn exact_number(text: &str) -> Option<f64> {
+pub(crate) fn exact_number(text: &str) -> Option<f64> {
     let digits = text.trim_start_matches(['-', '+']).replace('.', "");
     let significant = digits.trim_start_matches('0').len();
     let places = text.split_once('.').map_or(0, |(_, frac)| frac.len());
@@ -224,7 +224,7 @@ fn exact_number(text: &str) -> Option<f64> {
 }
 
 /// The most decimal places an Excel number format shows.
-const MAX_PLACES: usize = 30;
+pub(crate) const MAX_PLACES: usize = 30;
 
 /// Number formats that show a decimal with as many places as it was written with (`10.50`, not
 /// Excel's `10.5`), made once per scale.
@@ -248,12 +248,12 @@ impl DecimalFormats {
     }
 }
 
-fn excel_date(text: &str) -> Option<NaiveDate> {
+pub(crate) fn excel_date(text: &str) -> Option<NaiveDate> {
     NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()
 }
 
 /// Timestamps are stored in UTC (RFC 3339); Excel has no time zones, so the sheet shows UTC.
-fn excel_timestamp(text: &str) -> Option<NaiveDateTime> {
+pub(crate) fn excel_timestamp(text: &str) -> Option<NaiveDateTime> {
     DateTime::parse_from_rfc3339(text)
         .ok()
         .map(|at| at.naive_utc())

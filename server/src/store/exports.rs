@@ -1,5 +1,5 @@
 //! Export jobs' SQL: cutting a dataset's rows into chunks by key range without reading them,
-//! and reading a chunk's rows with `COPY … TO STDOUT`.
+//! reading a chunk's rows with `COPY … TO STDOUT`, and what XLSX chunks wrote of the sheet.
 //!
 //! A range's rows come out of one `COPY` in PostgreSQL's binary format: no per-row message
 //! decoding or allocation on our side, so the chunk's CSV is rendered straight from the bytes.
@@ -10,6 +10,7 @@ use sqlx::{PgConnection, PgPool, postgres::PgPoolCopyExt};
 use uuid::Uuid;
 
 use super::states::ChunkState;
+use crate::spreadsheet::sheet_writer::Summary;
 
 /// A run of a dataset's rows by position (see [`super::datasets::position`]), both ends
 /// included.
@@ -276,4 +277,47 @@ pub async fn set_output(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Records what an XLSX export's chunk wrote of the sheet (see `spreadsheet::sheet_writer`).
+pub async fn record_piece(
+    conn: &mut PgConnection,
+    job_id: Uuid,
+    chunk_no: i32,
+    piece: Summary,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "update job_chunks set sheet_crc32 = $3, sheet_bytes = $4, sheet_deflated = $5
+         where job_id = $1 and chunk_no = $2",
+        job_id,
+        chunk_no,
+        i64::from(piece.crc32),
+        piece.bytes as i64,
+        piece.deflated as i64,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// What each chunk of an XLSX export wrote of the sheet, in the sheet's order; `None` if a
+/// chunk recorded nothing (it was written before exports wrote pieces).
+pub async fn pieces(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<Option<Vec<Summary>>> {
+    let rows = sqlx::query!(
+        "select sheet_crc32, sheet_bytes, sheet_deflated from job_chunks
+         where job_id = $1 order by chunk_no",
+        job_id,
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            Some(Summary {
+                crc32: u32::try_from(row.sheet_crc32?).ok()?,
+                bytes: u64::try_from(row.sheet_bytes?).ok()?,
+                deflated: u64::try_from(row.sheet_deflated?).ok()?,
+            })
+        })
+        .collect())
 }

@@ -406,16 +406,6 @@ pub async fn hold_owners_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Res
     Ok(())
 }
 
-/// Whether `owner` now has more than `limit` jobs waiting or running, counted as
-/// [`active_jobs`] does.
-pub async fn over_active_limit(
-    conn: &mut PgConnection,
-    owner: Uuid,
-    limit: i64,
-) -> sqlx::Result<bool> {
-    Ok(active_jobs(conn, owner).await? > limit)
-}
-
 /// How many jobs `owner` has waiting or running (deletions, which nobody starts but by
 /// deleting, aside), counted in the caller's transaction after
 /// waiting for any other transaction doing the same for this owner (and holding that place
@@ -431,6 +421,20 @@ pub async fn active_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Result<i
         owner,
     )
     .fetch_one(&mut *conn)
+    .await
+}
+
+/// How many of the owner's jobs that wait or run were created before job `id`: its place in
+/// its owner's turns ([`super::queue::Priority::Turn`]). Read from the index of live jobs by
+/// owner, in id (creation) order.
+pub async fn ahead(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<i64> {
+    sqlx::query_scalar!(
+        r#"select count(*) as "ahead!" from jobs o
+           where o.owner = (select owner from jobs where id = $1)
+             and o.status in ('waiting', 'running') and o.id < $1"#,
+        id,
+    )
+    .fetch_one(conn)
     .await
 }
 

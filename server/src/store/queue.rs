@@ -60,14 +60,44 @@ impl TaskMsg {
     }
 }
 
-/// Which messages apalis hands out first (it fetches by priority, then by age).
+/// Which messages apalis hands out first: it fetches the highest priority, then the oldest.
+///
+/// Owners take turns: a job's task is ranked by how many of its owner's live jobs are ahead of
+/// the job (and a chunk also by its place in its job), so one owner's backlog of 10,000 jobs
+/// does not make another owner's one job wait for all of them: that job's first task ranks with
+/// the backlog's first. The rank is fixed when the task is queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Priority {
-    New = 0,
+    /// A job's task with `ahead` of its owner's live jobs created before it
+    /// ([`super::jobs::ahead`]).
+    Turn { ahead: i64 },
     /// Queued by `maintenance::requeue`: a dead worker's chunk, a retry after its backoff, a lost message.
     /// Work already under way goes before the backlog, so a crash costs about one lease,
     /// whatever is queued behind it.
-    Rerun = 1,
+    Rerun,
+}
+
+/// The priority of a turn with nothing ahead: turns count down from it, reruns go above it.
+/// (Migration 28 lifted the messages queued before turns, at 0 and 1, to it.)
+const FIRST_TURN: i64 = 1_000_000;
+
+impl Priority {
+    /// The priority apalis stores for `task`.
+    fn of(self, task: &TaskMsg) -> usize {
+        let value = match self {
+            Priority::Rerun => FIRST_TURN + 1,
+            Priority::Turn { ahead } => {
+                let place = match task {
+                    TaskMsg::Chunk { chunk_no, .. } | TaskMsg::ExportChunk { chunk_no, .. } => {
+                        i64::from(*chunk_no)
+                    }
+                    _ => 0,
+                };
+                FIRST_TURN - ahead.saturating_add(place).clamp(0, FIRST_TURN)
+            }
+        };
+        value as usize
+    }
 }
 
 /// Queues tasks inside the caller's transaction: they exist exactly when its changes commit.
@@ -84,7 +114,7 @@ pub async fn push(
             apalis::prelude::TaskBuilder::new(bytes)
                 .max_attempts(MAX_ATTEMPTS)
                 .idempotency_key(ticket.to_string())
-                .priority(priority as usize)
+                .priority(priority.of(task))
                 .build()
         })
         .collect();

@@ -122,7 +122,8 @@ async fn history_shows_what_a_job_waits_for_then_its_runs_and_changes_of_status(
 async fn a_run_giving_its_lease_back_as_another_takes_it_over_is_not_called_lost() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let job = server.import("race.csv", csv(100), "race").await;
+    // Two chunks, so the plan queues them (a file of one chunk it imports itself).
+    let job = server.import("race.csv", csv(150), "race").await;
     let engine = Engine::new(db.pool.clone(), &worker_args(100)).unwrap();
     plan::run(&engine, job.id, never_stop()).await.unwrap();
     let held = lease(&db, job.id, 0, "slow").await.unwrap();

@@ -34,6 +34,7 @@ mod openapi;
 mod progress_feed;
 mod queue_health;
 mod schema_pins;
+mod small_jobs;
 mod streamed_sheets;
 mod topology;
 mod workbooks;

@@ -9,10 +9,11 @@ use crate::support::{
 };
 use app::{
     auth::Role,
-    model::JobStatus,
+    model::{JobStatus, JobView},
     queue_health::{ProcessState, QueueHealth},
 };
 use reqwest::{Client, StatusCode};
+use serde_json::json;
 
 async fn health(server: &TestServer, admin: &Client) -> QueueHealth {
     json_of(admin.get(server.url("/api/queue"))).await
@@ -54,13 +55,26 @@ async fn the_queue_shows_processes_backlog_and_throughput() {
         )
         .await;
     assert_eq!(answer.status(), StatusCode::OK);
-    let failing = server.import("empty.csv", b"x\n".to_vec(), "other").await;
+    // Another owner's job: owners take turns, so its plan ranks with the first job's first
+    // chunk and, queued before it, runs before the worker is held in that chunk.
+    let failing: JobView = server
+        .import_as(
+            &admin,
+            "empty.csv",
+            b"x\n".to_vec(),
+            json!({ "dataset": "other" }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
 
     // Every chunk waits while the test holds an advisory lock, so the first worker is inside a
     // chunk's run when it is killed.
     let gate = Gate::close(&db).await;
     let first = WorkerProcess::start(&db, 100);
-    assert_eq!(server.finished(failing.id).await.status, JobStatus::Failed);
+    let failed = server.finished_as(&admin, failing.id).await;
+    assert_eq!(failed.status, JobStatus::Failed);
     until_one(
         &db,
         "the first worker to be held in a chunk, at the gate",

@@ -112,7 +112,7 @@ async fn apalis_tables_have_the_layout_the_queue_relies_on() {
         job_id: uuid::Uuid::new_v4(),
     };
     let mut conn = db.pool.acquire().await.unwrap();
-    queue::push(&mut conn, &[(task, ticket)], Priority::New)
+    queue::push(&mut conn, &[(task, ticket)], Priority::Turn { ahead: 0 })
         .await
         .unwrap();
     let status: String =

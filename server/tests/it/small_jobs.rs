@@ -1,0 +1,129 @@
+//! Small jobs: a file of one chunk is imported by its plan alone, in one transaction, and one
+//! owner's backlog does not make another owner's job wait behind all of it (owners take turns
+//! in the queue).
+
+use app::{auth::Role, model::JobStatus};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::support::{
+    TestDb, TestServer, WorkerProcess, account, csv, drop_trigger, install_trigger, worker_args,
+};
+
+/// Task messages queued for `job_id`, by task name.
+async fn tasks_of(db: &TestDb, job_id: Uuid) -> Vec<String> {
+    sqlx::query_scalar(
+        "select convert_from(job, 'UTF8')::jsonb ->> 'task' from apalis.jobs
+         where convert_from(job, 'UTF8')::jsonb ->> 'job_id' = $1::text
+         order by run_at",
+    )
+    .bind(job_id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_file_of_one_chunk_is_imported_by_its_plan_in_one_task() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+
+    let job = server.import("small.csv", csv(40), "small").await;
+    let done = server.finished(job.id).await;
+    assert_eq!(done.status, JobStatus::Completed);
+    assert_eq!((done.rows_ok, done.item_count), (40, Some(40)));
+    assert_eq!((done.chunks_done, done.chunks_total), (1, 1));
+    assert_eq!(tasks_of(&db, job.id).await, ["plan"]);
+    let rows: Vec<String> = server
+        .get_json::<serde_json::Value>("/api/datasets/small/rows?limit=2")
+        .await["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(rows, ["Name 1, Jr.", "Name 2, Jr."]);
+
+    // A file of more chunks is planned, then its chunks run as tasks of their own.
+    let job = server.import("large.csv", csv(250), "large").await;
+    let done = server.finished(job.id).await;
+    assert_eq!((done.status, done.rows_ok), (JobStatus::Completed, 250));
+    assert_eq!(done.chunks_total, 3);
+    assert_eq!(
+        tasks_of(&db, job.id).await,
+        ["plan", "chunk", "chunk", "chunk"]
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_small_file_whose_rows_cannot_be_written_fails_as_a_part_and_retry_runs_it() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    install_trigger(&db, "raise exception 'the disk is on fire';").await;
+
+    let request = json!({ "dataset": "broken", "maxFailuresPerItem": 1 });
+    let job = server.import_with("small.csv", csv(5), request).await;
+    let failed = server.finished(job.id).await;
+    assert_eq!(failed.status, JobStatus::Failed);
+    // Importing at once failed: the plan queued its chunk as a task of its own, which failed.
+    assert_eq!(tasks_of(&db, job.id).await, ["plan", "chunk"]);
+    assert_eq!(failed.failed_parts.len(), 1);
+    assert_eq!(failed.failed_parts[0].row_count, 5);
+
+    drop_trigger(&db).await;
+    let retried = server
+        .post_json(&format!("/api/jobs/{}/retry", job.id), json!({}))
+        .await;
+    assert!(retried.status().is_success(), "{}", retried.status());
+    let done = server.finished(job.id).await;
+    assert_eq!((done.status, done.rows_ok), (JobStatus::Completed, 5));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn another_owners_job_does_not_wait_behind_one_owners_backlog() {
+    let db = TestDb::new().await;
+    // No workers while the jobs are made: the backlog is queued first.
+    let server = TestServer::start(&db, None).await;
+    let busy = account(&db, "busy@example.com", Role::Member).await;
+    account(&db, "other@example.com", Role::Member).await;
+    let (busy_client, other_client) = (
+        server.signed_in("busy@example.com").await,
+        server.signed_in("other@example.com").await,
+    );
+    const BACKLOG: usize = 20;
+    for n in 0..BACKLOG {
+        let created = server
+            .import_as(
+                &busy_client,
+                "b.csv",
+                csv(3),
+                json!({ "dataset": format!("b{n}") }),
+            )
+            .await;
+        assert_eq!(created.status(), 202);
+    }
+    let created = server
+        .import_as(&other_client, "o.csv", csv(3), json!({ "dataset": "o" }))
+        .await;
+    assert_eq!(created.status(), 202);
+    let other: app::model::JobView = created.json().await.unwrap();
+
+    // One worker, one task at a time: the order it takes them is the queue's.
+    let _worker = WorkerProcess::start(&db, 100);
+    let done = server.finished_as(&other_client, other.id).await;
+    assert_eq!(done.status, JobStatus::Completed);
+    let (before, all): (i64, i64) = sqlx::query_as(
+        "select count(*) filter (where finished_at < $2), count(*) from jobs where owner = $1",
+    )
+    .bind(busy)
+    .bind(done.finished_at.unwrap())
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(all, BACKLOG as i64);
+    // The busy owner's first job ranks with the other owner's only one (and is older).
+    assert!(before <= 1, "{before} of the busy owner's jobs ran first");
+    server.stop().await;
+}
