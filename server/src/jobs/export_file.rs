@@ -32,8 +32,9 @@ use crate::{
 /// The last part of an XLSX export's file, after every chunk's.
 const TAIL_PART: i32 = i32::MAX;
 
-/// Chunks an export may have (the plan refuses more), and parts one chunk may write (4 GiB).
-pub const MAX_CHUNKS: usize = (1 << 19) - 1;
+/// Chunks an export may have (the plan refuses more; the last chunk's parts end before
+/// [`TAIL_PART`]), and parts one chunk may write (4 GiB).
+pub const MAX_CHUNKS: usize = (1 << 19) - 2;
 const PARTS_PER_CHUNK: i32 = 1 << 12;
 
 /// XML rendered before it is deflated: a blocking thread's batch.

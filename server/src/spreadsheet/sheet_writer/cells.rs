@@ -154,11 +154,16 @@ fn push_typed(out: &mut String, kind: ColumnType, text: &str) -> Result<(), TooL
         }
         ColumnType::Boolean | ColumnType::Text | ColumnType::Email => {}
     }
-    if text.chars().nth(MAX_XLSX_CELL_CHARS).is_some() {
-        return Err(TooLong);
-    }
     let neutralise =
         matches!(kind, ColumnType::Text | ColumnType::Email) && starts_formula(text.as_bytes());
+    // The cell holds the `'` that neutralises it too.
+    if text
+        .chars()
+        .nth(MAX_XLSX_CELL_CHARS - usize::from(neutralise))
+        .is_some()
+    {
+        return Err(TooLong);
+    }
     if neutralise {
         push_text(out, &format!("'{text}"), 0);
     } else {

@@ -176,9 +176,18 @@ mod tests {
     #[test]
     fn text_longer_than_a_cell_holds_is_refused() {
         let columns = columns();
-        let long = "y".repeat(crate::spreadsheet::output::MAX_XLSX_CELL_CHARS + 1);
+        let most = crate::spreadsheet::output::MAX_XLSX_CELL_CHARS;
         let mut rows = SheetRows::with_capacity(&columns, 1024);
+        let fits = "y".repeat(most);
+        assert_eq!(rows.push(record(&[Some(&fits)]).as_bytes()), Ok(()));
+        let long = "y".repeat(most + 1);
         assert_eq!(rows.push(record(&[Some(&long)]).as_bytes()), Err(TooLong));
+        // Neutralised, it would hold one character more than it does.
+        let formula = format!("={}", "y".repeat(most - 1));
+        assert_eq!(
+            rows.push(record(&[Some(&formula)]).as_bytes()),
+            Err(TooLong)
+        );
     }
 
     /// A file of `head`, then `gap` zero bytes that are never stored, then `tail`.
