@@ -8,8 +8,8 @@
 //!   (`spreadsheet::sheet_writer`) into the same parts, and records the piece's CRC-32 and
 //!   lengths with its done mark; the end writes part 0 (the zip's header for the sheet and the
 //!   sheet's start) and [`TAIL_PART`] (the sheet's end, the workbook's other parts and the zip's
-//!   directory). Rendering and deflating a piece run on a blocking thread, a batch of rows at a
-//!   time, while the `COPY` goes on.
+//!   directory). The XML is rendered as the `COPY`'s messages come, and deflated on a blocking
+//!   thread a batch (a MiB of XML) at a time.
 
 use bytes::Bytes;
 use futures::{Stream, TryStreamExt};
