@@ -10,12 +10,13 @@ use crate::support::{
     TestDb, TestServer, WorkerProcess, account, csv, drop_trigger, install_trigger, worker_args,
 };
 
-/// Task messages queued for `job_id`, by task name.
+/// Task messages queued for `job_id`, by task name: "plan" before "chunk". Not by `run_at`:
+/// apalis keeps it to the second, so a plan and the chunk it queued often tie.
 async fn tasks_of(db: &TestDb, job_id: Uuid) -> Vec<String> {
     sqlx::query_scalar(
         "select convert_from(job, 'UTF8')::jsonb ->> 'task' from apalis.jobs
          where convert_from(job, 'UTF8')::jsonb ->> 'job_id' = $1::text
-         order by run_at",
+         order by 1 desc",
     )
     .bind(job_id)
     .fetch_all(&db.pool)
