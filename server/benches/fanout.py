@@ -14,7 +14,9 @@ Prints, per run:
   - the server's database reads for live streams while the job ran (`/metrics`,
     `conveyor_progress_reads_total`), per announced change: the shared reader's (`views`) and
     the streams' own (`stream`: resyncs, lags);
-  - the server's RSS before the watchers came, its peak, and once they have all left.
+  - the server's CPU time while the job ran, per delivery (what one push to one stream costs);
+  - the server's RSS before the watchers came, its peak, and once they have all left and it
+    has stopped falling (the seconds that took).
 Goals on this machine: p99 < 50 ms at 500 watchers and < 250 ms at 10,000; RSS < 300 MB at
 10,000 and back near its start after they leave; reads per change independent of watchers.
 """
@@ -40,6 +42,25 @@ def rss_mb(pid, field="VmRSS"):
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def settled_rss(pid, limit=30):
+    """RSS once it stops falling (under 1 MB over 3 s; jemalloc hands freed pages back over
+    about 10 s), and the seconds that took; or after `limit` seconds."""
+    samples = [rss_mb(pid)]
+    while len(samples) <= limit:
+        time.sleep(1)
+        samples.append(rss_mb(pid))
+        if len(samples) > 3 and samples[-4] - samples[-1] < 1:
+            break
+    return samples[-1], len(samples) - 1
+
+
+def cpu_seconds(pid):
+    """The CPU time `pid` has used, user and system."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def metrics(port):
@@ -79,11 +100,13 @@ def one_run(args, csv_path, watchers, run):
             if connected.get("connected") != watchers:
                 sys.exit(f"the watchers did not all connect: {connected}")
             before = metrics(args.port)
+            cpu_before = cpu_seconds(server.process.pid)
             worker = subprocess.Popen(
                 [args.server, "worker"],
                 env=dict(os.environ, DATABASE_URL=args.db_url, RUST_LOG="error"))
             summary = json.loads(watching.stdout.readline() or "{}")
             after = metrics(args.port)
+            server_cpu = cpu_seconds(server.process.pid) - cpu_before
             # The process's high-water mark: the upload before is streamed, a few MB.
             peak_rss = rss_mb(server.process.pid, "VmHWM")
             watching.wait(timeout=120)
@@ -98,7 +121,7 @@ def one_run(args, csv_path, watchers, run):
             if metrics(args.port).get("conveyor_sse_clients", 0) == 0:
                 break
             time.sleep(0.1)
-        end_rss = rss_mb(server.process.pid)
+        end_rss, settled_in = settled_rss(server.process.pid)
     if summary.get("sawTheEnd") != watchers:
         sys.exit(f"not every watcher saw the job end: {summary}")
     changes = max(summary["changes"], 1)
@@ -106,7 +129,8 @@ def one_run(args, csv_path, watchers, run):
         **summary,
         "viewsReadsPerChange": (reads(after, "views") - reads(before, "views")) / changes,
         "streamReads": reads(after, "stream") - reads(before, "stream"),
-        "startRss": start_rss, "peakRss": peak_rss, "endRss": end_rss,
+        "cpuUsPerDelivery": server_cpu * 1e6 / max(summary["deliveries"], 1),
+        "startRss": start_rss, "peakRss": peak_rss, "endRss": end_rss, "settledIn": settled_in,
     }
 
 
@@ -141,8 +165,9 @@ def main():
               f"p99 {run['p99Ms']:.0f} ms (max {run['maxMs']:.0f}; {run['deliveries']:,} "
               f"deliveries of {run['changes']} changes); reads per change "
               f"{run['viewsReadsPerChange']:.2f} shared + {run['streamReads']:.0f} by streams; "
+              f"server CPU {run['cpuUsPerDelivery']:.1f} us per delivery; "
               f"RSS {run['startRss']:.0f} MB -> peak {run['peakRss']:.0f} MB -> "
-              f"{run['endRss']:.0f} MB after they left")
+              f"{run['endRss']:.0f} MB {run['settledIn']} s after they left")
         if watchers in (500, 10_000):
             print(f"          goal p99 < {goal} ms: {'met' if run['p99Ms'] < goal else 'NOT met'}"
                   + (f"; RSS < 300 MB: {'met' if run['peakRss'] < 300 else 'NOT met'}"

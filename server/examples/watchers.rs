@@ -99,8 +99,11 @@ async fn main() -> anyhow::Result<()> {
             'stream: while let Some(chunk) = body.next().await {
                 let at = Instant::now();
                 pending.extend_from_slice(&chunk?);
-                while let Some(end) = pending.iter().position(|&b| b == b'\n') {
-                    let line: Vec<u8> = pending.drain(..=end).collect();
+                // Whole lines, read in place (the rest waits for the next chunk).
+                let mut start = 0;
+                while let Some(length) = pending[start..].iter().position(|&b| b == b'\n') {
+                    let line = &pending[start..start + length];
+                    start += length + 1;
                     let Some(data) = line.strip_prefix(b"data:") else {
                         continue;
                     };
@@ -122,6 +125,7 @@ async fn main() -> anyhow::Result<()> {
                         break 'stream;
                     }
                 }
+                pending.drain(..start);
             }
             anyhow::Ok(seen)
         });

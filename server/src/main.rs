@@ -5,6 +5,12 @@ use clap::Parser;
 use server::config::{Cli, Command, ServeArgs, UserAddArgs, UserCommand};
 use tokio_util::sync::CancellationToken;
 
+/// jemalloc, with its background threads: it gives memory back to the system a few seconds
+/// after it is freed, where glibc's allocator kept it (ten thousand live streams left the server
+/// at 267 MB after they closed, from 28 MB; `make bench ONLY=fanout`, docs/scaling.md).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Some(Command::Convert(args)) = &cli.command {

@@ -3,15 +3,10 @@
 //! sends `Last-Event-ID` and gets only newer states. Streams end on shutdown so the server can
 //! stop.
 
-use std::{convert::Infallible, sync::Arc, time::Duration};
-
 use axum::{
     extract::{Path, State, rejection::PathRejection},
     http::HeaderMap,
-    response::{
-        IntoResponse, Response,
-        sse::{Event, KeepAlive, Sse},
-    },
+    response::Response,
 };
 use futures::StreamExt;
 use uuid::Uuid;
@@ -21,12 +16,10 @@ use super::{
     error::{ApiError, ErrorBody},
     identity::{self, Caller},
     jobs::visible_job,
+    sse,
 };
 use crate::{
-    progress::{
-        feed::{self, Scope},
-        views::Shown,
-    },
+    progress::feed::{self, Scope},
     telemetry,
 };
 
@@ -99,21 +92,12 @@ fn stream(
     let events = feed::follow(state.pool.clone(), &state.views, scope, sees, last_version)
         .map(move |job| {
             let _held = (&slot, &open);
-            to_event(job)
+            job.event.clone()
         })
         .take_until(state.shutdown.clone().cancelled_owned())
         .take_until(Box::pin(identity::revoked(
             state.clone(),
             caller.identity.clone(),
         )));
-    Ok(Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
-}
-
-fn to_event(job: Arc<Shown>) -> Result<Event, Infallible> {
-    Ok(Event::default()
-        .event("job")
-        .id(job.view.version.to_string())
-        .data(&job.json))
+    Ok(sse::response(events))
 }

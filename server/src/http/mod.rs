@@ -28,6 +28,7 @@ mod reports;
 mod request_id;
 mod results;
 pub mod scrape;
+mod sse;
 mod uploads;
 mod users;
 mod worker_tokens;

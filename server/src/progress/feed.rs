@@ -4,9 +4,13 @@
 //! change falls between the two. Behind (a lagged channel) or told to resync, it reads again
 //! what it shows.
 //!
-//! The stream is polled by its connection, with no task or queue of its own: a client that
-//! reads slowly leaves views in the shared channel until it lags, then gets the latest state.
-//! What a stream keeps is its place in that channel and the versions it sent.
+//! The stream is polled by its connection, with no task or queue of its own. Each time it is
+//! polled it takes every view waiting for it in the shared channel and sends only the newest of
+//! each job: a client that reads more slowly than jobs change gets the latest state, not every
+//! state in turn (with ten thousand streams, the pushes of one view take longer than the next
+//! change; sending each view in turn made the streams fall further behind with every change).
+//! A client that stops reading leaves views in the channel until it lags, then reads the
+//! latest state. What a stream keeps is its place in that channel and the versions it sent.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -17,7 +21,10 @@ use std::{
 use app::{job_list::JobFilter, model::JobView};
 use futures::Stream;
 use sqlx::PgPool;
-use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::broadcast::{
+    self,
+    error::{RecvError, TryRecvError},
+};
 use uuid::Uuid;
 
 use super::views::{Seen, Shown, Views};
@@ -86,7 +93,7 @@ pub fn follow_seen(
         scope,
         sees,
         sent,
-        read: VecDeque::new(),
+        pending: Pending::default(),
         must_read: true,
     };
     futures::stream::unfold(feed, |mut feed| async move {
@@ -103,8 +110,8 @@ struct Feed {
     sees: Sees,
     /// The version sent of each job.
     sent: HashMap<Uuid, i64>,
-    /// What its own last read found, still to send.
-    read: VecDeque<Arc<Shown>>,
+    /// What its own last read found, or the channel held, still to send.
+    pending: Pending,
     /// It must read what it shows for itself: at first, and after missing views.
     must_read: bool,
 }
@@ -113,7 +120,7 @@ impl Feed {
     /// The next state to send; `None` once the shared reader is gone.
     async fn next(&mut self) -> Option<Arc<Shown>> {
         loop {
-            if let Some(shown) = self.read.pop_front() {
+            if let Some(shown) = self.pending.pop() {
                 if self.is_new(&shown) {
                     return Some(shown);
                 }
@@ -123,7 +130,9 @@ impl Feed {
                 // Boxed: the read's state lives only while it runs, not in every idle stream.
                 match Box::pin(read(&self.pool, self.scope, self.sees)).await {
                     Ok(views) => {
-                        self.read = views.into_iter().map(|v| Arc::new(Shown::new(v))).collect();
+                        for view in views {
+                            self.pending.push(Arc::new(Shown::new(view)));
+                        }
                         self.must_read = false;
                     }
                     Err(err) => {
@@ -134,19 +143,42 @@ impl Feed {
                 }
                 continue;
             }
-            match self.seen.recv().await {
-                Ok(Seen::Job(shown))
-                    if self.scope.covers(shown.view.id) && self.sees.covers(shown.view.owner) =>
-                {
-                    if self.is_new(&shown) {
-                        return Some(shown);
-                    }
+            let first = self.seen.recv().await;
+            if self.take(first) {
+                return None;
+            }
+            // And whatever else is waiting, so that only the newest of each job is sent.
+            loop {
+                let next = match self.seen.try_recv() {
+                    Ok(seen) => Ok(seen),
+                    Err(TryRecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
+                    Err(TryRecvError::Closed) => Err(RecvError::Closed),
+                    Err(TryRecvError::Empty) => break,
+                };
+                if self.take(next) {
+                    return None;
                 }
-                Ok(Seen::Job(_)) => {}
-                Ok(Seen::Resync) | Err(RecvError::Lagged(_)) => self.must_read = true,
-                Err(RecvError::Closed) => return None,
             }
         }
+    }
+
+    /// Keeps what the channel gave, if this stream shows it; `true` once the channel is closed.
+    fn take(&mut self, seen: Result<Seen, RecvError>) -> bool {
+        match seen {
+            Ok(Seen::Job(shown))
+                if self.scope.covers(shown.view.id) && self.sees.covers(shown.view.owner) =>
+            {
+                self.pending.push(shown);
+            }
+            Ok(Seen::Job(_)) => {}
+            Ok(Seen::Resync) | Err(RecvError::Lagged(_)) => {
+                // Its read finds the latest of everything it shows.
+                self.pending.clear();
+                self.must_read = true;
+            }
+            Err(RecvError::Closed) => return true,
+        }
+        false
     }
 
     /// Whether `shown` is newer than what was sent of its job (noting it as sent if so).
@@ -160,6 +192,55 @@ impl Feed {
         }
         self.sent.insert(view.id, view.version);
         true
+    }
+}
+
+/// States still to send, in the order they came, each job's only in its newest version: an
+/// older one is skipped when it comes to be sent.
+#[derive(Default)]
+struct Pending {
+    queue: VecDeque<Arc<Shown>>,
+    /// The newest version of each job in `queue`.
+    newest: HashMap<Uuid, i64>,
+}
+
+impl Pending {
+    /// Past this many states held at once, the queue gives its room back when it empties.
+    const KEPT_ROOM: usize = 16;
+
+    fn push(&mut self, shown: Arc<Shown>) {
+        let view = &shown.view;
+        let newest = self.newest.entry(view.id).or_insert(view.version);
+        *newest = (*newest).max(view.version);
+        self.queue.push_back(shown);
+    }
+
+    /// The oldest state still to send that no newer one of its job follows.
+    fn pop(&mut self) -> Option<Arc<Shown>> {
+        while let Some(shown) = self.queue.pop_front() {
+            let view = &shown.view;
+            if self.newest.get(&view.id) == Some(&view.version) {
+                self.newest.remove(&view.id);
+                self.give_room_back();
+                return Some(shown);
+            }
+        }
+        self.give_room_back();
+        None
+    }
+
+    fn clear(&mut self) {
+        self.queue.clear();
+        self.newest.clear();
+        self.give_room_back();
+    }
+
+    /// An idle stream keeps little: a list's resync may have queued a hundred states.
+    fn give_room_back(&mut self) {
+        if self.queue.is_empty() && self.queue.capacity() > Self::KEPT_ROOM {
+            self.queue = VecDeque::new();
+            self.newest = HashMap::new();
+        }
     }
 }
 

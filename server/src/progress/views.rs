@@ -24,6 +24,7 @@ use std::{
 };
 
 use app::model::JobView;
+use bytes::Bytes;
 use sqlx::PgPool;
 use tokio::{
     sync::broadcast::{
@@ -51,21 +52,32 @@ const CHANNEL: usize = 4096;
 /// Jobs read per query of a burst.
 const READ_AT_ONCE: usize = 1000;
 
-/// A job's state as streams send it: the view, and its JSON made once for all of them.
+/// A job's state as streams send it: the view, and its server-sent event made once for all of
+/// them (`event: job`, `id: <version>`, `data: <JobView JSON>`), which `json` is a slice of.
+/// Each stream sends the same bytes, with no copy or allocation of its own.
 #[derive(Debug)]
 pub struct Shown {
     pub view: JobView,
-    pub json: String,
+    /// The whole event, its blank line included.
+    pub event: Bytes,
+    /// The view as JSON (within `event`: one line, as serde_json escapes newlines).
+    pub json: Bytes,
 }
 
 impl Shown {
     pub fn new(view: JobView) -> Self {
-        let json = serde_json::to_string(&view).unwrap_or_else(|err| {
+        let mut event = format!("event: job\nid: {}\ndata: ", view.version).into_bytes();
+        let start = event.len();
+        if let Err(err) = serde_json::to_writer(&mut event, &view) {
             // A `JobView` is plain data: this would be a bug, sent as an empty state.
             tracing::error!(job = %view.id, "cannot serialize a job's view: {err}");
-            String::new()
-        });
-        Self { view, json }
+            event.truncate(start);
+        }
+        let end = event.len();
+        event.extend_from_slice(b"\n\n");
+        let event = Bytes::from(event);
+        let json = event.slice(start..end);
+        Self { view, event, json }
     }
 }
 

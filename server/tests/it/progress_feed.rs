@@ -45,10 +45,16 @@ async fn next(feed: &mut Feed) -> JobView {
         .expect("a state in time")
         .expect("the feed stays open");
     assert_eq!(
-        serde_json::from_str::<JobView>(&shown.json).unwrap(),
+        serde_json::from_slice::<JobView>(&shown.json).unwrap(),
         shown.view,
         "sent as it is"
     );
+    let event = format!(
+        "event: job\nid: {}\ndata: {}\n\n",
+        shown.view.version,
+        std::str::from_utf8(&shown.json).unwrap()
+    );
+    assert_eq!(shown.event, event.as_bytes(), "one event, made once");
     shown.view.clone()
 }
 
@@ -84,6 +90,49 @@ async fn a_job_stream_that_lags_reads_its_job_again() {
     overflow(&seen, &other);
     let now = next(&mut feed).await;
     assert_eq!((now.id, now.version), (job.id, version));
+    server.stop().await;
+}
+
+/// `view` as it would be at `version`, sent on `seen`.
+fn send_at(seen: &broadcast::Sender<Seen>, view: &JobView, version: i64) {
+    let view = JobView {
+        version,
+        ..view.clone()
+    };
+    seen.send(Seen::Job(Arc::new(Shown::new(view)))).unwrap();
+}
+
+#[tokio::test]
+async fn a_stream_behind_its_channel_sends_only_the_newest_state_of_each_job() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let a = server.import("a.csv", csv(3), "a").await;
+    let b = server.import("b.csv", csv(3), "b").await;
+    let (seen, receiver) = broadcast::channel(16);
+    let mut one = follow(&db, receiver, Scope::One(a.id));
+    let mut all = follow(&db, seen.subscribe(), Scope::All);
+    assert_eq!(next(&mut one).await.version, a.version);
+    assert_eq!(
+        [next(&mut all).await.id, next(&mut all).await.id],
+        [a.id, b.id]
+    );
+
+    // Three states of A and one of B came while the client was busy with the last push.
+    for version in 1..=3 {
+        send_at(&seen, &a, a.version + version);
+    }
+    send_at(&seen, &b, b.version + 1);
+    send_at(&seen, &a, a.version + 2);
+    let now = next(&mut one).await;
+    assert_eq!((now.id, now.version), (a.id, a.version + 3));
+    let now = [next(&mut all).await, next(&mut all).await];
+    assert_eq!(
+        now.map(|job| (job.id, job.version)),
+        [(a.id, a.version + 3), (b.id, b.version + 1)],
+        "in the order they came, each job once"
+    );
+    let nothing = tokio::time::timeout(std::time::Duration::from_millis(100), one.next());
+    assert!(nothing.await.is_err(), "nothing older follows");
     server.stop().await;
 }
 
