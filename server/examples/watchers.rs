@@ -5,9 +5,10 @@
 //! state, prints `{"connected": n}` and waits. From then on it listens to `job_progress` on the
 //! database itself, so it knows when each version of the job was announced, and every stream
 //! notes when each version reached it: a version's latency is the time between the two, both
-//! taken on this process's clock. The server merges changes that come close together, so a
-//! stream may get version 7 after 4 without 5 and 6: that arrival is timed from the earliest
-//! announcement it covers (5's), the change that waited longest for it. When every stream has
+//! taken on this process's clock. The server merges changes that come close together, and a
+//! stream that is behind sends only the newest state, so a stream may get version 7 after 4
+//! without 5 and 6: each announced change is timed to the first arrival that covers it (5, 6
+//! and 7 all to 7's), so a merged change counts once per stream like any other. When every stream has
 //! seen the job end (or `--timeout` passed) it prints a summary as one JSON line, closes the
 //! streams and exits. It fails if a stream cannot connect, rather than wait for it.
 //!
@@ -184,22 +185,29 @@ async fn main() -> anyhow::Result<()> {
     }
     listening.abort();
     let announced = announced.lock().unwrap();
+    let mut arrivals = 0usize;
     for seen in &results {
         ended += usize::from(seen.ended);
+        arrivals += seen.arrivals.len();
         let mut last = seen.first;
         for &(version, at) in &seen.arrivals {
-            // The earliest announcement this arrival covers.
-            let told = (last + 1..=version).filter_map(|v| announced.get(&v)).min();
-            last = last.max(version);
-            match told {
-                Some(told) if *told > at => {
+            // Every announcement this arrival covers, each timed to it.
+            let mut covered = (last + 1..=version)
+                .filter_map(|v| announced.get(&v))
+                .peekable();
+            if covered.peek().is_none() {
+                unmatched += 1;
+            }
+            for told in covered {
+                if *told > at {
                     // Our listener heard it after the server sent it: no latency to speak of.
                     early += 1;
                     latencies.push(0.0);
+                } else {
+                    latencies.push((at - *told).as_secs_f64());
                 }
-                Some(told) => latencies.push((at - *told).as_secs_f64()),
-                None => unmatched += 1,
             }
+            last = last.max(version);
         }
     }
     latencies.sort_by(f64::total_cmp);
@@ -218,6 +226,7 @@ async fn main() -> anyhow::Result<()> {
             "failed": failed,
             "unfinished": args.watchers - results.len() - failed,
             "changes": announced.len(),
+            "arrivals": arrivals,
             "deliveries": latencies.len(),
             "unmatched": unmatched,
             "early": early,

@@ -130,7 +130,10 @@ impl Conversion {
             .arg(CHILD_MEMORY_KB.to_string())
             .arg(CHILD_CPU_SECONDS.to_string())
             .env_clear()
-            .env("RUST_BACKTRACE", "0");
+            .env("RUST_BACKTRACE", "0")
+            // Our allocator (jemalloc) as suits a child under an address-space limit: freed
+            // space unmapped rather than kept reserved, and no background thread's stack.
+            .env("_RJEM_MALLOC_CONF", "retain:false,background_thread:false");
         let (sheet, header_row) = match ask {
             Ask::Sheet { sheet, header_row } => (sheet, header_row),
             Ask::Head { sheet, from_row } => {

@@ -251,13 +251,7 @@ impl Runner {
         // The work stops itself at its next safe point once `stop` fires (never dropped in
         // the middle of a statement, which would leave its connection unusable).
         let work = tokio::spawn(
-            execute(
-                self.engine.clone(),
-                task.clone(),
-                lease.clone(),
-                stop.clone(),
-            )
-            .in_current_span(),
+            execute(self.engine.clone(), task, lease.clone(), stop.clone()).in_current_span(),
         );
         let ended = work
             .await

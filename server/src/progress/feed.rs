@@ -4,22 +4,20 @@
 //! change falls between the two. Behind (a lagged channel) or told to resync, it reads again
 //! what it shows.
 //!
-//! The stream is polled by its connection, with no task or queue of its own. Each time it is
-//! polled it takes every view waiting for it in the shared channel and sends only the newest of
-//! each job: a client that reads more slowly than jobs change gets the latest state, not every
+//! The stream is polled by its connection, with no task of its own. Each time it is polled it
+//! takes every view waiting for it in the shared channel and keeps only the newest of each job
+//! ([`Pending`]): a client that reads more slowly than jobs change gets the latest state, not every
 //! state in turn (with ten thousand streams, the pushes of one view take longer than the next
 //! change; sending each view in turn made the streams fall further behind with every change).
 //! A client that stops reading leaves views in the channel until it lags, then reads the
-//! latest state. What a stream keeps is its place in that channel and the versions it sent.
+//! latest state. What a stream keeps is its place in that channel, the versions it sent and,
+//! until it has sent them, the newest states it took.
 
-use std::{
-    collections::{HashMap, VecDeque},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use app::{job_list::JobFilter, model::JobView};
 use futures::Stream;
+use indexmap::{IndexMap, map::Entry};
 use sqlx::PgPool;
 use tokio::sync::broadcast::{
     self,
@@ -171,11 +169,8 @@ impl Feed {
                 self.pending.push(shown);
             }
             Ok(Seen::Job(_)) => {}
-            Ok(Seen::Resync) | Err(RecvError::Lagged(_)) => {
-                // Its read finds the latest of everything it shows.
-                self.pending.clear();
-                self.must_read = true;
-            }
+            // What it holds still goes first: the list's read finds only the newest jobs.
+            Ok(Seen::Resync) | Err(RecvError::Lagged(_)) => self.must_read = true,
             Err(RecvError::Closed) => return true,
         }
         false
@@ -195,52 +190,36 @@ impl Feed {
     }
 }
 
-/// States still to send, in the order they came, each job's only in its newest version: an
-/// older one is skipped when it comes to be sent.
+/// States still to send, one per job, in the order their jobs first came: a newer state of a
+/// job replaces the one waiting, in its place. Holds at most the jobs the shared channel holds
+/// views of (one for a job's stream; for the list's, as many jobs as changed in a burst).
 #[derive(Default)]
-struct Pending {
-    queue: VecDeque<Arc<Shown>>,
-    /// The newest version of each job in `queue`.
-    newest: HashMap<Uuid, i64>,
-}
+struct Pending(IndexMap<Uuid, Arc<Shown>>);
 
 impl Pending {
-    /// Past this many states held at once, the queue gives its room back when it empties.
+    /// Past this many jobs held at once, the map gives its room back when it empties.
     const KEPT_ROOM: usize = 16;
 
     fn push(&mut self, shown: Arc<Shown>) {
-        let view = &shown.view;
-        let newest = self.newest.entry(view.id).or_insert(view.version);
-        *newest = (*newest).max(view.version);
-        self.queue.push_back(shown);
-    }
-
-    /// The oldest state still to send that no newer one of its job follows.
-    fn pop(&mut self) -> Option<Arc<Shown>> {
-        while let Some(shown) = self.queue.pop_front() {
-            let view = &shown.view;
-            if self.newest.get(&view.id) == Some(&view.version) {
-                self.newest.remove(&view.id);
-                self.give_room_back();
-                return Some(shown);
+        match self.0.entry(shown.view.id) {
+            Entry::Occupied(mut waiting) => {
+                if waiting.get().view.version < shown.view.version {
+                    waiting.insert(shown);
+                }
+            }
+            Entry::Vacant(place) => {
+                place.insert(shown);
             }
         }
-        self.give_room_back();
-        None
     }
 
-    fn clear(&mut self) {
-        self.queue.clear();
-        self.newest.clear();
-        self.give_room_back();
-    }
-
-    /// An idle stream keeps little: a list's resync may have queued a hundred states.
-    fn give_room_back(&mut self) {
-        if self.queue.is_empty() && self.queue.capacity() > Self::KEPT_ROOM {
-            self.queue = VecDeque::new();
-            self.newest = HashMap::new();
+    fn pop(&mut self) -> Option<Arc<Shown>> {
+        let (_, shown) = self.0.shift_remove_index(0)?;
+        if self.0.is_empty() && self.0.capacity() > Self::KEPT_ROOM {
+            // An idle stream keeps little: a list's resync may have queued a hundred states.
+            self.0 = IndexMap::new();
         }
+        Some(shown)
     }
 }
 

@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::{
     history::WORKER_LOST,
-    queue::{self, TaskMsg},
+    queue::{self, Priority, TaskMsg},
     states::{self, ChunkState, JobKind, JobStatus, LIVE},
 };
 
@@ -341,10 +341,12 @@ struct Unqueued {
     /// For a step: the job has yet to start (or start again, after a retry).
     waiting: bool,
     ticket: Uuid,
+    /// The job's place in its owner's turns.
+    ahead: i64,
 }
 
 /// Items that are due and free but have no live message (never queued, lost, or their last
-/// attempt failed and the backoff is over), with a new ticket each (written here, in the
+/// attempt failed and the backoff is over), with a new ticket each and their job's turn (written here, in the
 /// caller's transaction, so the caller's push uses it). A message is live while it waits, or
 /// while a worker that took it within `ttl` may still be about to take the lease.
 ///
@@ -354,7 +356,7 @@ pub async fn take_unqueued(
     conn: &mut PgConnection,
     ttl: Duration,
     limit: i64,
-) -> sqlx::Result<Vec<(TaskMsg, Uuid)>> {
+) -> sqlx::Result<Vec<(TaskMsg, Uuid, Priority)>> {
     let items: Vec<Unqueued> = sqlx::query_as(concat!(
         "with due as (
              select c.job_id, j.kind, c.chunk_no, false as waiting from job_chunks c
@@ -391,12 +393,21 @@ pub async fn take_unqueued(
              update jobs j set ticket = gen_random_uuid() from due
              where due.chunk_no is null and j.id = due.job_id
              returning j.id as job_id, j.ticket
+         ),
+         -- Each job's turn: how many of its owner's live jobs were created before it, read
+         -- once per owner from the index of live jobs by owner (as `store::jobs::ahead`).
+         turns as (
+             select o.id, row_number() over (partition by o.owner order by o.id) - 1 as ahead
+             from jobs o
+             where o.status in ('waiting', 'running')
+               and o.owner in (select j.owner from jobs j join due on j.id = due.job_id)
          )
          select due.job_id, due.kind, due.chunk_no, due.waiting,
-             coalesce(c.ticket, s.ticket) as ticket
+             coalesce(c.ticket, s.ticket) as ticket, coalesce(t.ahead, 0) as ahead
          from due
          left join chunk_tickets c on c.job_id = due.job_id and c.chunk_no = due.chunk_no
-         left join step_tickets s on due.chunk_no is null and s.job_id = due.job_id"
+         left join step_tickets s on due.chunk_no is null and s.job_id = due.job_id
+         left join turns t on t.id = due.job_id"
     ))
     .bind(queue::QUEUE)
     .bind(ttl.as_secs_f64())
@@ -411,7 +422,10 @@ pub async fn take_unqueued(
     .await?;
     Ok(items
         .iter()
-        .map(|item| (item.task(), item.ticket))
+        .map(|item| {
+            let turn = Priority::Turn { ahead: item.ahead };
+            (item.task(), item.ticket, turn)
+        })
         .collect())
 }
 

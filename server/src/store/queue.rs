@@ -25,7 +25,7 @@ pub const QUEUE: &str = "conveyor";
 /// message whose item is already leased or done.
 pub const MAX_ATTEMPTS: usize = 25;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "task", rename_all = "camelCase")]
 pub enum TaskMsg {
     Plan { job_id: Uuid },
@@ -65,38 +65,31 @@ impl TaskMsg {
 /// Owners take turns: a job's task is ranked by how many of its owner's live jobs are ahead of
 /// the job (and a chunk also by its place in its job), so one owner's backlog of 10,000 jobs
 /// does not make another owner's one job wait for all of them: that job's first task ranks with
-/// the backlog's first. The rank is fixed when the task is queued.
+/// the backlog's first. The rank is fixed when the task is queued; a task queued again (a dead
+/// worker's chunk, a retry after its backoff, the parts a retry re-opens, a job its serialize
+/// key let go) takes its job's turn as it is then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Priority {
     /// A job's task with `ahead` of its owner's live jobs created before it
     /// ([`super::jobs::ahead`]).
     Turn { ahead: i64 },
-    /// Queued by `maintenance::requeue`: a dead worker's chunk, a retry after its backoff, a lost message.
-    /// Work already under way goes before the backlog, so a crash costs about one lease,
-    /// whatever is queued behind it.
-    Rerun,
 }
 
-/// The priority of a turn with nothing ahead: turns count down from it, reruns go above it.
-/// (Migration 28 lifted the messages queued before turns, at 0 and 1, to it.)
+/// The priority of a turn with nothing ahead: turns count down from it.
+/// (Migration 28 lifted the messages queued before turns, at 0 and 1, to it and above.)
 const FIRST_TURN: i64 = 1_000_000;
 
 impl Priority {
     /// The priority apalis stores for `task`.
     fn of(self, task: &TaskMsg) -> usize {
-        let value = match self {
-            Priority::Rerun => FIRST_TURN + 1,
-            Priority::Turn { ahead } => {
-                let place = match task {
-                    TaskMsg::Chunk { chunk_no, .. } | TaskMsg::ExportChunk { chunk_no, .. } => {
-                        i64::from(*chunk_no)
-                    }
-                    _ => 0,
-                };
-                FIRST_TURN - ahead.saturating_add(place).clamp(0, FIRST_TURN)
+        let Priority::Turn { ahead } = self;
+        let place = match task {
+            TaskMsg::Chunk { chunk_no, .. } | TaskMsg::ExportChunk { chunk_no, .. } => {
+                i64::from(*chunk_no)
             }
+            _ => 0,
         };
-        value as usize
+        (FIRST_TURN - ahead.saturating_add(place).clamp(0, FIRST_TURN)) as usize
     }
 }
 
@@ -107,14 +100,27 @@ pub async fn push(
     tasks: &[(TaskMsg, Uuid)],
     priority: Priority,
 ) -> Result<(), apalis_postgres::Error> {
+    push_ranked(
+        conn,
+        tasks.iter().map(|&(task, ticket)| (task, ticket, priority)),
+    )
+    .await
+}
+
+/// [`push`], each task with a priority of its own.
+pub async fn push_ranked(
+    conn: &mut PgConnection,
+    tasks: impl IntoIterator<Item = (TaskMsg, Uuid, Priority)>,
+) -> Result<(), apalis_postgres::Error> {
     let tasks = tasks
-        .iter()
-        .map(|(task, ticket)| {
-            let bytes = serde_json::to_vec(task).expect("task messages always serialize");
+        .into_iter()
+        .map(|(task, ticket, priority)| {
+            let priority = priority.of(&task);
+            let bytes = serde_json::to_vec(&task).expect("task messages always serialize");
             apalis::prelude::TaskBuilder::new(bytes)
                 .max_attempts(MAX_ATTEMPTS)
                 .idempotency_key(ticket.to_string())
-                .priority(priority.of(task))
+                .priority(priority)
                 .build()
         })
         .collect();

@@ -128,3 +128,69 @@ async fn another_owners_job_does_not_wait_behind_one_owners_backlog() {
     assert!(before <= 1, "{before} of the busy owner's jobs ran first");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn queued_again_a_backlog_still_takes_its_turns() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    account(&db, "busy@example.com", Role::Member).await;
+    account(&db, "other@example.com", Role::Member).await;
+    let (busy_client, other_client) = (
+        server.signed_in("busy@example.com").await,
+        server.signed_in("other@example.com").await,
+    );
+    const BACKLOG: usize = 20;
+    let mut backlog = Vec::new();
+    for n in 0..BACKLOG {
+        let created = server
+            .import_as(
+                &busy_client,
+                "b.csv",
+                csv(3),
+                json!({ "dataset": format!("b{n}") }),
+            )
+            .await;
+        assert_eq!(created.status(), 202);
+        backlog.push(created.json::<app::model::JobView>().await.unwrap().id);
+    }
+    let created = server
+        .import_as(&other_client, "o.csv", csv(3), json!({ "dataset": "o" }))
+        .await;
+    let other: app::model::JobView = created.json().await.unwrap();
+
+    // The backlog's messages are lost (as a bulk retry's re-opened jobs have none): the
+    // requeue round queues them again, each at its job's turn, not above every turn.
+    sqlx::query(
+        "delete from apalis.jobs where (convert_from(job, 'UTF8')::jsonb ->> 'job_id')::uuid
+         = any($1)",
+    )
+    .bind(&backlog)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    server::jobs::maintenance::requeue::round(db.pool.clone(), std::time::Duration::from_secs(5))
+        .await
+        .unwrap();
+    let queued: i64 =
+        sqlx::query_scalar("select count(*) from apalis.jobs where status = 'Pending'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(queued, BACKLOG as i64 + 1);
+
+    let _worker = WorkerProcess::start(&db, 100);
+    let done = server.finished_as(&other_client, other.id).await;
+    assert_eq!(done.status, JobStatus::Completed);
+    let before: i64 =
+        sqlx::query_scalar("select count(*) from jobs where id = any($1) and finished_at < $2")
+            .bind(&backlog)
+            .bind(done.finished_at.unwrap())
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        before <= 1,
+        "{before} of the busy owner's requeued jobs ran first"
+    );
+    server.stop().await;
+}

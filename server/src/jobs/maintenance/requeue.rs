@@ -10,8 +10,7 @@ use crate::{
     jobs::TaskError,
     store::{
         leadership::{self, Duty},
-        leases,
-        queue::{self, Priority},
+        leases, queue,
     },
 };
 
@@ -28,7 +27,7 @@ pub async fn round(pool: PgPool, lease: Duration) -> Result<(), TaskError> {
     let unqueued = leases::take_unqueued(&mut tx, lease, BATCH).await?;
     if !unqueued.is_empty() {
         tracing::info!(messages = unqueued.len(), "queued items without a message");
-        queue::push(&mut tx, &unqueued, Priority::Rerun).await?;
+        queue::push_ranked(&mut tx, unqueued).await?;
     }
     tx.commit().await?;
     Ok(())
