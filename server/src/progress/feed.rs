@@ -192,16 +192,23 @@ impl Feed {
 
 /// States still to send, one per job, in the order their jobs first came: a newer state of a
 /// job replaces the one waiting, in its place. Holds at most the jobs the shared channel holds
-/// views of (one for a job's stream; for the list's, as many jobs as changed in a burst).
+/// views of (one for a job's stream; for the list's, as many jobs as changed in a burst). It
+/// is filled only once emptied (the feed takes more only when it has sent all it held), and
+/// sent from a cursor.
 #[derive(Default)]
-struct Pending(IndexMap<Uuid, Arc<Shown>>);
+struct Pending {
+    states: IndexMap<Uuid, Arc<Shown>>,
+    /// How many of `states` were sent.
+    sent: usize,
+}
 
 impl Pending {
     /// Past this many jobs held at once, the map gives its room back when it empties.
     const KEPT_ROOM: usize = 16;
 
     fn push(&mut self, shown: Arc<Shown>) {
-        match self.0.entry(shown.view.id) {
+        debug_assert_eq!(self.sent, 0, "filled only once emptied");
+        match self.states.entry(shown.view.id) {
             Entry::Occupied(mut waiting) => {
                 if waiting.get().view.version < shown.view.version {
                     waiting.insert(shown);
@@ -214,12 +221,18 @@ impl Pending {
     }
 
     fn pop(&mut self) -> Option<Arc<Shown>> {
-        let (_, shown) = self.0.shift_remove_index(0)?;
-        if self.0.is_empty() && self.0.capacity() > Self::KEPT_ROOM {
-            // An idle stream keeps little: a list's resync may have queued a hundred states.
-            self.0 = IndexMap::new();
+        if let Some((_, shown)) = self.states.get_index(self.sent) {
+            self.sent += 1;
+            return Some(shown.clone());
         }
-        Some(shown)
+        self.sent = 0;
+        if self.states.capacity() > Self::KEPT_ROOM {
+            // An idle stream keeps little: a list's resync may have queued a hundred states.
+            self.states = IndexMap::new();
+        } else {
+            self.states.clear();
+        }
+        None
     }
 }
 

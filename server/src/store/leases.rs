@@ -423,7 +423,11 @@ pub async fn take_unqueued(
     Ok(items
         .iter()
         .map(|item| {
-            let turn = Priority::Turn { ahead: item.ahead };
+            let ahead = item.ahead;
+            let turn = match item.chunk_no {
+                Some(_) => Priority::Resume { ahead },
+                None => Priority::Turn { ahead },
+            };
             (item.task(), item.ticket, turn)
         })
         .collect())

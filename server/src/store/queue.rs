@@ -65,14 +65,17 @@ impl TaskMsg {
 /// Owners take turns: a job's task is ranked by how many of its owner's live jobs are ahead of
 /// the job (and a chunk also by its place in its job), so one owner's backlog of 10,000 jobs
 /// does not make another owner's one job wait for all of them: that job's first task ranks with
-/// the backlog's first. The rank is fixed when the task is queued; a task queued again (a dead
-/// worker's chunk, a retry after its backoff, the parts a retry re-opens, a job its serialize
-/// key let go) takes its job's turn as it is then.
+/// the backlog's first. The rank is fixed when the task is queued; a task queued again takes
+/// its job's turn as it is then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Priority {
     /// A job's task with `ahead` of its owner's live jobs created before it
     /// ([`super::jobs::ahead`]).
     Turn { ahead: i64 },
+    /// A chunk of a running job queued again (its worker died or gave it back, its retry's
+    /// backoff ended, a retry re-opened it): at the head of its job's turn, before the job's
+    /// chunks not yet run, so it waits behind at most the heads of other owners' turns.
+    Resume { ahead: i64 },
 }
 
 /// The priority of a turn with nothing ahead: turns count down from it.
@@ -82,14 +85,19 @@ const FIRST_TURN: i64 = 1_000_000;
 impl Priority {
     /// The priority apalis stores for `task`.
     fn of(self, task: &TaskMsg) -> usize {
-        let Priority::Turn { ahead } = self;
-        let place = match task {
-            TaskMsg::Chunk { chunk_no, .. } | TaskMsg::ExportChunk { chunk_no, .. } => {
-                i64::from(*chunk_no)
+        let rank = match self {
+            Priority::Turn { ahead } => {
+                let place = match task {
+                    TaskMsg::Chunk { chunk_no, .. } | TaskMsg::ExportChunk { chunk_no, .. } => {
+                        i64::from(*chunk_no)
+                    }
+                    _ => 0,
+                };
+                ahead.saturating_add(place)
             }
-            _ => 0,
+            Priority::Resume { ahead } => ahead,
         };
-        (FIRST_TURN - ahead.saturating_add(place).clamp(0, FIRST_TURN)) as usize
+        (FIRST_TURN - rank.clamp(0, FIRST_TURN)) as usize
     }
 }
 

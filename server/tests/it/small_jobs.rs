@@ -177,6 +177,18 @@ async fn queued_again_a_backlog_still_takes_its_turns() {
             .await
             .unwrap();
     assert_eq!(queued, BACKLOG as i64 + 1);
+    // Each at its place among its owner's live jobs (created in id order), as at create.
+    let priorities: Vec<i32> = sqlx::query_scalar(
+        "select priority from apalis.jobs
+         where (convert_from(job, 'UTF8')::jsonb ->> 'job_id')::uuid = any($1)
+         order by (convert_from(job, 'UTF8')::jsonb ->> 'job_id')::uuid",
+    )
+    .bind(&backlog)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let turns: Vec<i32> = (0..BACKLOG as i32).map(|ahead| 1_000_000 - ahead).collect();
+    assert_eq!(priorities, turns);
 
     let _worker = WorkerProcess::start(&db, 100);
     let done = server.finished_as(&other_client, other.id).await;
