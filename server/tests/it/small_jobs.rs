@@ -2,7 +2,11 @@
 //! owner's backlog does not make another owner's job wait behind all of it (owners take turns
 //! in the queue).
 
-use app::{auth::Role, model::JobStatus};
+use app::{
+    auth::Role,
+    model::{JobStatus, JobView},
+};
+use reqwest::Client;
 use serde_json::json;
 use uuid::Uuid;
 
@@ -82,48 +86,61 @@ async fn a_small_file_whose_rows_cannot_be_written_fails_as_a_part_and_retry_run
     server.stop().await;
 }
 
+/// Jobs in one owner's backlog.
+const BACKLOG: usize = 20;
+
+/// One owner's backlog of small imports, then another owner's one, all queued while no worker
+/// runs: the backlog's job ids, the other job, and its owner's client.
+async fn backlog_then_other(db: &TestDb, server: &TestServer) -> (Vec<Uuid>, JobView, Client) {
+    account(db, "busy@example.com", Role::Member).await;
+    account(db, "other@example.com", Role::Member).await;
+    let (busy_client, other_client) = (
+        server.signed_in("busy@example.com").await,
+        server.signed_in("other@example.com").await,
+    );
+    let mut backlog = Vec::new();
+    for n in 0..BACKLOG {
+        let dataset = json!({ "dataset": format!("b{n}") });
+        let created = server
+            .import_as(&busy_client, "b.csv", csv(3), dataset)
+            .await;
+        assert_eq!(created.status(), 202);
+        backlog.push(created.json::<JobView>().await.unwrap().id);
+    }
+    let dataset = json!({ "dataset": "o" });
+    let created = server
+        .import_as(&other_client, "o.csv", csv(3), dataset)
+        .await;
+    assert_eq!(created.status(), 202);
+    (backlog, created.json().await.unwrap(), other_client)
+}
+
+/// One worker runs the queue, one task at a time (the order it takes them is the queue's):
+/// how many of `backlog` finished before the other owner's job did.
+async fn ran_before_other(
+    db: &TestDb,
+    server: &TestServer,
+    backlog: &[Uuid],
+    other: (&JobView, &Client),
+) -> i64 {
+    let _worker = WorkerProcess::start(db, 100);
+    let done = server.finished_as(other.1, other.0.id).await;
+    assert_eq!(done.status, JobStatus::Completed);
+    sqlx::query_scalar("select count(*) from jobs where id = any($1) and finished_at < $2")
+        .bind(backlog)
+        .bind(done.finished_at.unwrap())
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn another_owners_job_does_not_wait_behind_one_owners_backlog() {
     let db = TestDb::new().await;
     // No workers while the jobs are made: the backlog is queued first.
     let server = TestServer::start(&db, None).await;
-    let busy = account(&db, "busy@example.com", Role::Member).await;
-    account(&db, "other@example.com", Role::Member).await;
-    let (busy_client, other_client) = (
-        server.signed_in("busy@example.com").await,
-        server.signed_in("other@example.com").await,
-    );
-    const BACKLOG: usize = 20;
-    for n in 0..BACKLOG {
-        let created = server
-            .import_as(
-                &busy_client,
-                "b.csv",
-                csv(3),
-                json!({ "dataset": format!("b{n}") }),
-            )
-            .await;
-        assert_eq!(created.status(), 202);
-    }
-    let created = server
-        .import_as(&other_client, "o.csv", csv(3), json!({ "dataset": "o" }))
-        .await;
-    assert_eq!(created.status(), 202);
-    let other: app::model::JobView = created.json().await.unwrap();
-
-    // One worker, one task at a time: the order it takes them is the queue's.
-    let _worker = WorkerProcess::start(&db, 100);
-    let done = server.finished_as(&other_client, other.id).await;
-    assert_eq!(done.status, JobStatus::Completed);
-    let (before, all): (i64, i64) = sqlx::query_as(
-        "select count(*) filter (where finished_at < $2), count(*) from jobs where owner = $1",
-    )
-    .bind(busy)
-    .bind(done.finished_at.unwrap())
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(all, BACKLOG as i64);
+    let (backlog, other, other_client) = backlog_then_other(&db, &server).await;
+    let before = ran_before_other(&db, &server, &backlog, (&other, &other_client)).await;
     // The busy owner's first job ranks with the other owner's only one (and is older).
     assert!(before <= 1, "{before} of the busy owner's jobs ran first");
     server.stop().await;
@@ -133,30 +150,7 @@ async fn another_owners_job_does_not_wait_behind_one_owners_backlog() {
 async fn queued_again_a_backlog_still_takes_its_turns() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    account(&db, "busy@example.com", Role::Member).await;
-    account(&db, "other@example.com", Role::Member).await;
-    let (busy_client, other_client) = (
-        server.signed_in("busy@example.com").await,
-        server.signed_in("other@example.com").await,
-    );
-    const BACKLOG: usize = 20;
-    let mut backlog = Vec::new();
-    for n in 0..BACKLOG {
-        let created = server
-            .import_as(
-                &busy_client,
-                "b.csv",
-                csv(3),
-                json!({ "dataset": format!("b{n}") }),
-            )
-            .await;
-        assert_eq!(created.status(), 202);
-        backlog.push(created.json::<app::model::JobView>().await.unwrap().id);
-    }
-    let created = server
-        .import_as(&other_client, "o.csv", csv(3), json!({ "dataset": "o" }))
-        .await;
-    let other: app::model::JobView = created.json().await.unwrap();
+    let (backlog, other, other_client) = backlog_then_other(&db, &server).await;
 
     // The backlog's messages are lost (as a bulk retry's re-opened jobs have none): the
     // requeue round queues them again, each at its job's turn, not above every turn.
@@ -190,16 +184,7 @@ async fn queued_again_a_backlog_still_takes_its_turns() {
     let turns: Vec<i32> = (0..BACKLOG as i32).map(|ahead| 1_000_000 - ahead).collect();
     assert_eq!(priorities, turns);
 
-    let _worker = WorkerProcess::start(&db, 100);
-    let done = server.finished_as(&other_client, other.id).await;
-    assert_eq!(done.status, JobStatus::Completed);
-    let before: i64 =
-        sqlx::query_scalar("select count(*) from jobs where id = any($1) and finished_at < $2")
-            .bind(&backlog)
-            .bind(done.finished_at.unwrap())
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let before = ran_before_other(&db, &server, &backlog, (&other, &other_client)).await;
     assert!(
         before <= 1,
         "{before} of the busy owner's requeued jobs ran first"
