@@ -346,9 +346,10 @@ struct Unqueued {
 }
 
 /// Items that are due and free but have no live message (never queued, lost, or their last
-/// attempt failed and the backoff is over), with a new ticket each and their job's turn (written here, in the
-/// caller's transaction, so the caller's push uses it). A message is live while it waits, or
-/// while a worker that took it within `ttl` may still be about to take the lease.
+/// attempt failed and the backoff is over), with a new ticket each (written here, in the
+/// caller's transaction, so the caller's push uses it) and the priority of their job's turn. A
+/// message is live while it waits, or while a worker that took it within `ttl` may still be
+/// about to take the lease.
 ///
 /// Composed from SQL fragments shared with [`acquire`] and `store::queue`, which
 /// `sqlx::query!` cannot take: checked by the tests that run it.
