@@ -187,6 +187,10 @@ pub struct LimitArgs {
     /// Seconds a request body may go without sending a byte before it is cut off.
     #[arg(long, env = "CONVEYOR_BODY_TIMEOUT_SECS", default_value_t = 30.0)]
     pub body_timeout_secs: f64,
+    /// Seconds a client has to send a request's head, and a kept-alive connection may wait
+    /// idle for its next one, before the connection is closed.
+    #[arg(long, env = "CONVEYOR_HEADER_TIMEOUT_SECS", default_value_t = 30.0)]
+    pub header_timeout_secs: f64,
 }
 
 impl Default for LimitArgs {
@@ -197,6 +201,7 @@ impl Default for LimitArgs {
             active_jobs: 200,
             streams: 32,
             body_timeout_secs: 30.0,
+            header_timeout_secs: 30.0,
         }
     }
 }
@@ -206,6 +211,10 @@ impl LimitArgs {
         // At most 5 minutes: an upload that waits longer for bytes would stop counting as being
         // sent (`store::uploads` counts those that showed life in the last 10).
         Duration::from_secs_f64(self.body_timeout_secs.clamp(1.0, 300.0))
+    }
+
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.header_timeout_secs.clamp(1.0, 300.0))
     }
 }
 

@@ -26,8 +26,6 @@ pub mod spreadsheet;
 pub mod store;
 pub mod telemetry;
 
-use std::future::IntoFuture;
-
 use anyhow::Context;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -92,11 +90,13 @@ pub async fn serve(
         )))
     };
     tracing::info!("listening on http://{}", listener.local_addr()?);
-    // Made into routes once: served as a bare `Router`, axum rebuilds the route table for every
-    // connection (with ours, ~280 KB each: 2,000 open event streams held 596 MB, now 132 MB).
-    let served = axum::serve(listener, http::router(state).into_make_service())
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .into_future();
+    let header_timeout = args.limits.header_timeout();
+    let served = http::connections::serve(
+        listener,
+        http::router(state),
+        header_timeout,
+        shutdown.clone(),
+    );
     // Open event streams end with the shutdown; a connection that still has not closed this
     // long after it (a client that never finishes its request) does not hold the process.
     let stuck = async {
@@ -104,7 +104,7 @@ pub async fn serve(
         tokio::time::sleep(CLOSE_GRACE).await;
     };
     tokio::select! {
-        served = served => served.context("serving HTTP")?,
+        () = served => {}
         () = stuck => tracing::warn!("connections still open {CLOSE_GRACE:?} after shutdown: dropped"),
     }
     if let Some(workers) = workers {
@@ -154,12 +154,15 @@ pub async fn serve_metrics(
         .with_context(|| format!("cannot listen for metrics on {addr}"))?;
     tracing::info!("metrics on http://{addr}{}", http::scrape::PATH);
     tokio::spawn(async move {
-        let served = axum::serve(listener, http::scrape::alone(pool))
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
-        if let Err(err) = served {
-            tracing::error!("the metrics listener stopped: {err}");
-        }
+        // A scraper's requests: the default head deadline.
+        let header_timeout = config::LimitArgs::default().header_timeout();
+        http::connections::serve(
+            listener,
+            http::scrape::alone(pool),
+            header_timeout,
+            shutdown,
+        )
+        .await;
     });
     Ok(())
 }

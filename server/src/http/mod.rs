@@ -9,6 +9,7 @@
 
 mod account;
 mod bulk;
+pub mod connections;
 mod datasets;
 mod defences;
 mod disposition;

@@ -22,6 +22,7 @@ use futures::StreamExt;
 use reqwest::{Client, multipart};
 use serde_json::{Value, json};
 use server::config::{CallbackArgs, LimitArgs, ServeArgs};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -339,6 +340,67 @@ async fn trickling_uploads_hold_no_connection_and_stalled_ones_are_cut_off() {
     }
     assert_eq!(receiving(&db).await, 0);
     server.stop().await;
+}
+
+/// Reads what the server sends until it closes the connection (failing the test if it has not
+/// within a minute).
+async fn until_closed(stream: &mut tokio::net::TcpStream) -> String {
+    let mut sent = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut sent));
+    match read.await.expect("the server closed the connection") {
+        Ok(_) => {}
+        // Closed with bytes unread on its side: a reset.
+        Err(err) => assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}"),
+    }
+    String::from_utf8_lossy(&sent).into_owned()
+}
+
+#[tokio::test]
+async fn a_head_not_sent_in_time_loses_its_connection() {
+    let db = TestDb::new().await;
+    let args = ServeArgs {
+        no_workers: true,
+        limits: LimitArgs {
+            header_timeout_secs: 1.0,
+            ..LimitArgs::default()
+        },
+        ..ServeArgs::default()
+    };
+    let server = TestServer::start_with_args(&db, args).await;
+    let address = server.base.trim_start_matches("http://").to_owned();
+
+    // A head trickled byte by byte (slowloris) is cut off at the deadline however it trickles.
+    let mut trickling = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let trickle = async {
+        for byte in b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nx-slow: "
+            .iter()
+            .cycle()
+        {
+            if trickling.write_all(&[*byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), trickle)
+        .await
+        .expect("the server stopped taking the trickled head");
+    let answer = until_closed(&mut trickling).await;
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "{answer}"
+    );
+
+    // A head sent in time is answered, and the connection, kept alive and then left idle,
+    // is closed at the deadline too.
+    let mut prompt = tokio::net::TcpStream::connect(&address).await.unwrap();
+    prompt
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = until_closed(&mut prompt).await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "{answer}");
 }
 
 /// The 429, its `Retry-After` and its message.
