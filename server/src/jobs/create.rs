@@ -558,16 +558,18 @@ async fn queue_first_task(
 ) -> Result<Created, CreateError> {
     let (job_id, replayed) = match inserted {
         Some(job) => {
-            let live = jobs::active_jobs(&mut tx, owner).await?;
+            let live = jobs::live_jobs(&mut tx, owner).await?;
             if let Some(limit) = options.active_jobs_limit
-                && live > limit
+                && live.limited > limit
             {
                 tx.rollback().await?;
                 return Err(CreateError::TooManyActive { limit });
             }
             if let Some(task) = first_task(job.id) {
                 // The new job is the owner's newest live one: the others are ahead of it.
-                let turn = Priority::Turn { ahead: live - 1 };
+                let turn = Priority::Turn {
+                    ahead: live.all - 1,
+                };
                 queue::push(&mut tx, &[(task, job.ticket)], turn).await?;
             }
             notify::job_changed(&mut tx, job.id, 1).await?;

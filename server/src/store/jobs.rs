@@ -406,18 +406,27 @@ pub async fn hold_owners_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Res
     Ok(())
 }
 
-/// How many jobs `owner` has waiting or running (deletions, which nobody starts but by
-/// deleting, aside), counted in the caller's transaction after
+/// The jobs an owner has waiting or running.
+#[derive(Debug, Clone, Copy)]
+pub struct LiveJobs {
+    /// All of them: their turns in the queue count these ([`ahead`]).
+    pub all: i64,
+    /// Those the live-job limit counts: deletions, which nobody starts but by deleting, aside.
+    pub limited: i64,
+}
+
+/// How many jobs `owner` has waiting or running, counted in the caller's transaction after
 /// waiting for any other transaction doing the same for this owner (and holding that place
 /// until the transaction ends): so racing creates and retries cannot all pass a limit.
-pub async fn active_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Result<i64> {
+pub async fn live_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Result<LiveJobs> {
     hold_owners_jobs(conn, owner).await?;
     // The live statuses are written into the query, not bound: a generic plan of a bound
     // status list cannot use the partial index of live jobs, and scanned every job the owner
     // ever made, under the lock every create of theirs waits for (`make bench ONLY=small`).
-    sqlx::query_scalar!(
-        r#"select count(*) as "active!" from jobs
-           where owner = $1 and status in ('waiting', 'running') and kind <> 'delete'"#,
+    sqlx::query_as!(
+        LiveJobs,
+        r#"select count(*) as "all!", count(*) filter (where kind <> 'delete') as "limited!"
+           from jobs where owner = $1 and status in ('waiting', 'running')"#,
         owner,
     )
     .fetch_one(&mut *conn)

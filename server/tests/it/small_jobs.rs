@@ -171,23 +171,73 @@ async fn queued_again_a_backlog_still_takes_its_turns() {
             .await
             .unwrap();
     assert_eq!(queued, BACKLOG as i64 + 1);
-    // Each at its place among its owner's live jobs (created in id order), as at create.
-    let priorities: Vec<i32> = sqlx::query_scalar(
-        "select priority from apalis.jobs
-         where (convert_from(job, 'UTF8')::jsonb ->> 'job_id')::uuid = any($1)
-         order by (convert_from(job, 'UTF8')::jsonb ->> 'job_id')::uuid",
-    )
-    .bind(&backlog)
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
+    // Each at its place among its owner's live jobs (in the order they were made), as at
+    // create.
     let turns: Vec<i32> = (0..BACKLOG as i32).map(|ahead| 1_000_000 - ahead).collect();
-    assert_eq!(priorities, turns);
+    assert_eq!(priorities(&db, &backlog).await, turns);
 
     let before = ran_before_other(&db, &server, &backlog, (&other, &other_client)).await;
     assert!(
         before <= 1,
         "{before} of the busy owner's requeued jobs ran first"
     );
+    server.stop().await;
+}
+
+/// The priority apalis stores for each of these jobs' messages, in the order given.
+async fn priorities(db: &TestDb, jobs: &[Uuid]) -> Vec<i32> {
+    let mut priorities = Vec::new();
+    for job in jobs {
+        let priority = sqlx::query_scalar(
+            "select priority from apalis.jobs
+             where (convert_from(job, 'UTF8')::jsonb ->> 'job_id')::uuid = $1",
+        )
+        .bind(job)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        priorities.push(priority);
+    }
+    priorities
+}
+
+#[tokio::test]
+async fn a_deletion_takes_its_turn_at_create_and_when_queued_again() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let filled = server.import("rows.csv", csv(3), "doomed").await;
+    let worker = WorkerProcess::start(&db, 100);
+    assert_eq!(
+        server.finished(filled.id).await.status,
+        JobStatus::Completed
+    );
+    drop(worker);
+
+    // A dataset with rows is deleted by a job, which waits (no workers now): the import made
+    // after it has it ahead in its owner's turns.
+    let response = server
+        .client
+        .delete(server.url("/api/datasets/doomed"))
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let deletion: Uuid = sqlx::query_scalar("select id from jobs where kind = 'delete'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let import = server.import("next.csv", csv(3), "next").await.id;
+    let turns = [1_000_000, 1_000_000 - 1];
+    assert_eq!(priorities(&db, &[deletion, import]).await, turns);
+
+    // Queued again, by the requeue round, each keeps the place it was created with.
+    sqlx::query("delete from apalis.jobs")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    server::jobs::maintenance::requeue::round(db.pool.clone(), std::time::Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(priorities(&db, &[deletion, import]).await, turns);
     server.stop().await;
 }
