@@ -185,11 +185,11 @@ pub struct LimitArgs {
     )]
     pub streams: usize,
     /// Seconds a request body may go without sending a byte before it is cut off.
-    #[arg(long, env = "CONVEYOR_BODY_TIMEOUT_SECS", default_value_t = 30.0)]
+    #[arg(long, env = "CONVEYOR_BODY_TIMEOUT_SECS", default_value_t = 30.0, value_parser = seconds)]
     pub body_timeout_secs: f64,
     /// Seconds a client has to send a request's head, and a kept-alive connection may wait
     /// idle for its next one, before the connection is closed.
-    #[arg(long, env = "CONVEYOR_HEADER_TIMEOUT_SECS", default_value_t = 30.0)]
+    #[arg(long, env = "CONVEYOR_HEADER_TIMEOUT_SECS", default_value_t = 30.0, value_parser = seconds)]
     pub header_timeout_secs: f64,
 }
 
@@ -203,6 +203,15 @@ impl Default for LimitArgs {
             body_timeout_secs: 30.0,
             header_timeout_secs: 30.0,
         }
+    }
+}
+
+/// A number of seconds, as a setting takes it: a finite number (`nan` would pass a clamp and
+/// panic on becoming a `Duration`).
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() => Ok(secs),
+        _ => Err(format!("\"{text}\" is not a number of seconds")),
     }
 }
 
@@ -446,5 +455,18 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    /// A timeout that is not a number is refused when read, not a panic later.
+    #[test]
+    fn timeouts_must_be_numbers() {
+        use clap::Parser;
+        let parsed = |value: &str| {
+            Cli::try_parse_from(["server", "serve", "--header-timeout-secs", value]).is_ok()
+        };
+        assert!(parsed("2.5"));
+        for refused in ["nan", "inf", "-inf", "soon"] {
+            assert!(!parsed(refused), "{refused}");
+        }
     }
 }

@@ -55,7 +55,10 @@ pub async fn serve(
                     shutdown.clone(),
                 ));
             }
-            Err(err) => accept_failed(err).await,
+            Err(err) => tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = accept_failed(err) => {}
+            },
         }
     }
     drop(listener);
