@@ -158,12 +158,13 @@ async fn begin(
     )
     .fetch_one(&mut *tx)
     .await?;
+    // Over the owner's uploads being received (an index of its own) and the total their files
+    // keep (`upload_bytes`, kept by a trigger): neither reads every upload the owner keeps.
     let totals = sqlx::query!(
-        r#"select count(*) filter (where receiving
-                                     and alive_at > now() - make_interval(secs => $2))
-                      as "sending!",
-                  coalesce(sum(size), 0)::bigint as "stored!"
-           from uploads where owner = $1"#,
+        r#"select (select count(*) from uploads
+                   where owner = $1 and receiving
+                     and alive_at > now() - make_interval(secs => $2)) as "sending!",
+                  coalesce((select stored from upload_bytes where owner = $1), 0) as "stored!""#,
         owner,
         ALIVE_WITHIN.as_secs_f64(),
     )
@@ -276,7 +277,7 @@ async fn store_part(
              insert into upload_parts (upload_id, part_no, data)
              select $1, $2, $3::bytea
              where $5::bigint is null
-                or (select coalesce(sum(size), 0) from uploads where owner = $4)
+                or coalesce((select stored from upload_bytes where owner = $4), 0)
                    + length($3::bytea) <= $5
              returning 1)
          update uploads set size = size + length($3::bytea), alive_at = now()

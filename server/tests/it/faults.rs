@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use crate::support::{
-    Cluster, TestDb, TestServer, WorkerProcess, completed_exactly, csv, drop_trigger,
-    install_trigger, stored_rows, until, worker_args,
+    Cluster, TestDb, TestServer, WorkerProcess, assert_stored_bytes_follow_uploads,
+    completed_exactly, csv, drop_trigger, install_trigger, stored_rows, until, worker_args,
 };
 use app::{
     history::{JobHistory, RunOutcome},
@@ -372,6 +372,7 @@ async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
         pruned.uploads, 1,
         "the stray upload; the old job's file is still new"
     );
+    assert_stored_bytes_follow_uploads(&db).await;
     assert_eq!(count(CHUNKS, old.id).await.unwrap(), 0);
     assert_eq!(count(ERRORS, old.id).await.unwrap(), 0);
     assert_eq!(

@@ -495,6 +495,9 @@ async fn owners_over_their_limits_get_429_with_retry_after() {
         upload(&other, file).await.unwrap().status(),
         StatusCode::CREATED
     );
+    // What the limit read (each owner's total, kept as uploads grow, fail and go) is what
+    // their uploads hold.
+    assert_stored_bytes_follow_uploads(&db).await;
 
     // Jobs waiting or running (an open batch runs until sealed; without workers an import
     // waits).

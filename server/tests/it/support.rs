@@ -963,3 +963,21 @@ pub async fn drop_trigger(db: &TestDb) {
         .await
         .unwrap();
 }
+
+/// Each owner's total in `upload_bytes` (kept by a trigger, read by the stored-bytes limit)
+/// is what their uploads hold.
+pub async fn assert_stored_bytes_follow_uploads(db: &TestDb) {
+    let drift: Vec<(Uuid, i64, i64)> = sqlx::query_as(
+        "select coalesce(u.owner, b.owner), coalesce(b.stored, 0), coalesce(u.held, 0)::int8
+         from (select owner, sum(size) as held from uploads group by owner) u
+         full join upload_bytes b on b.owner = u.owner
+         where coalesce(b.stored, 0) <> coalesce(u.held, 0)",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        drift.is_empty(),
+        "owner, kept total, uploads' sum: {drift:?}"
+    );
+}
