@@ -7,6 +7,10 @@ create table upload_bytes (
     stored bigint not null
 );
 
+-- No upload may change between the totals read here and the trigger that follows them (other
+-- processes may be running while this one migrates).
+lock table uploads in share row exclusive mode;
+
 insert into upload_bytes (owner, stored)
 select owner, sum(size) from uploads group by owner;
 

@@ -185,11 +185,11 @@ pub struct LimitArgs {
     )]
     pub streams: usize,
     /// Seconds a request body may go without sending a byte before it is cut off.
-    #[arg(long, env = "CONVEYOR_BODY_TIMEOUT_SECS", default_value_t = 30.0, value_parser = seconds)]
+    #[arg(long, env = "CONVEYOR_BODY_TIMEOUT_SECS", default_value_t = 30.0, value_parser = finite)]
     pub body_timeout_secs: f64,
     /// Seconds a client has to send a request's head, and a kept-alive connection may wait
     /// idle for its next one, before the connection is closed.
-    #[arg(long, env = "CONVEYOR_HEADER_TIMEOUT_SECS", default_value_t = 30.0, value_parser = seconds)]
+    #[arg(long, env = "CONVEYOR_HEADER_TIMEOUT_SECS", default_value_t = 30.0, value_parser = finite)]
     pub header_timeout_secs: f64,
 }
 
@@ -206,12 +206,12 @@ impl Default for LimitArgs {
     }
 }
 
-/// A number of seconds, as a setting takes it: a finite number (`nan` would pass a clamp and
-/// panic on becoming a `Duration`).
-fn seconds(text: &str) -> Result<f64, String> {
+/// A length of time (in seconds, hours or days), as a setting takes it: a finite number (`nan`
+/// would pass a clamp and panic on becoming a `Duration`).
+fn finite(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
-        Ok(secs) if secs.is_finite() => Ok(secs),
-        _ => Err(format!("\"{text}\" is not a number of seconds")),
+        Ok(value) if value.is_finite() => Ok(value),
+        _ => Err(format!("\"{text}\" is not a number")),
     }
 }
 
@@ -261,10 +261,10 @@ pub struct AuthArgs {
     )]
     pub allowed_hosts: Vec<String>,
     /// Days a session lasts from sign-in, however active.
-    #[arg(long, env = "CONVEYOR_SESSION_DAYS", default_value_t = 30.0)]
+    #[arg(long, env = "CONVEYOR_SESSION_DAYS", default_value_t = 30.0, value_parser = finite)]
     pub session_days: f64,
     /// Hours without a request after which a session ends.
-    #[arg(long, env = "CONVEYOR_SESSION_IDLE_HOURS", default_value_t = 168.0)]
+    #[arg(long, env = "CONVEYOR_SESSION_IDLE_HOURS", default_value_t = 168.0, value_parser = finite)]
     pub session_idle_hours: f64,
 }
 
@@ -320,21 +320,21 @@ pub struct WorkerArgs {
     /// Seconds between heartbeats: a running chunk renews its lease (and notices a cancel),
     /// and the maintenance duties look for expired leases, items without a queue message and
     /// batches to settle.
-    #[arg(long, env = "CONVEYOR_HEARTBEAT_SECS", default_value_t = 1.0)]
+    #[arg(long, env = "CONVEYOR_HEARTBEAT_SECS", default_value_t = 1.0, value_parser = finite)]
     pub heartbeat_secs: f64,
     /// Seconds a lease lasts without renewal: a chunk whose worker died is run again by
     /// another after about this long.
-    #[arg(long, env = "CONVEYOR_LEASE_SECS", default_value_t = 5.0)]
+    #[arg(long, env = "CONVEYOR_LEASE_SECS", default_value_t = 5.0, value_parser = finite)]
     pub lease_secs: f64,
     /// Seconds a stopping worker (SIGTERM) lets its running chunks finish before it gives them
     /// back to the queue.
-    #[arg(long, env = "CONVEYOR_SHUTDOWN_SECS", default_value_t = 30.0)]
+    #[arg(long, env = "CONVEYOR_SHUTDOWN_SECS", default_value_t = 30.0, value_parser = finite)]
     pub shutdown_secs: f64,
     /// Days a finished job's items (chunks, row errors, its files) are kept.
-    #[arg(long, env = "CONVEYOR_RETAIN_ITEMS_DAYS", default_value_t = 7.0)]
+    #[arg(long, env = "CONVEYOR_RETAIN_ITEMS_DAYS", default_value_t = 7.0, value_parser = finite)]
     pub retain_items_days: f64,
     /// Days a finished job's summary is kept.
-    #[arg(long, env = "CONVEYOR_RETAIN_JOBS_DAYS", default_value_t = 90.0)]
+    #[arg(long, env = "CONVEYOR_RETAIN_JOBS_DAYS", default_value_t = 90.0, value_parser = finite)]
     pub retain_jobs_days: f64,
     /// The program whose `convert` command turns workbooks into CSV (default: this one).
     #[arg(long, env = "CONVEYOR_CONVERTER")]
@@ -360,7 +360,8 @@ pub struct CallbackArgs {
     #[arg(
         long = "callback-horizon-hours",
         env = "CONVEYOR_CALLBACK_HORIZON_HOURS",
-        default_value_t = 24.0
+        default_value_t = 24.0,
+        value_parser = finite
     )]
     pub horizon_hours: f64,
     /// Callbacks this process sends at once.
@@ -457,16 +458,24 @@ mod tests {
         Cli::command().debug_assert();
     }
 
-    /// A timeout that is not a number is refused when read, not a panic later.
+    /// A length of time that is not a number is refused when read, not a panic later.
     #[test]
-    fn timeouts_must_be_numbers() {
+    fn lengths_of_time_must_be_numbers() {
         use clap::Parser;
-        let parsed = |value: &str| {
-            Cli::try_parse_from(["server", "serve", "--header-timeout-secs", value]).is_ok()
-        };
-        assert!(parsed("2.5"));
-        for refused in ["nan", "inf", "-inf", "soon"] {
-            assert!(!parsed(refused), "{refused}");
+        for flag in [
+            "--header-timeout-secs",
+            "--body-timeout-secs",
+            "--session-days",
+            "--lease-secs",
+            "--retain-jobs-days",
+            "--callback-horizon-hours",
+        ] {
+            let parsed =
+                |value: &str| Cli::try_parse_from(["server", "serve", flag, value]).is_ok();
+            assert!(parsed("2.5"), "{flag}");
+            for refused in ["nan", "inf", "-inf", "soon"] {
+                assert!(!parsed(refused), "{flag} {refused}");
+            }
         }
     }
 }

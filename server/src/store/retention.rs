@@ -192,24 +192,6 @@ pub async fn prune(
     .await?
     .rows_affected();
 
-    // Files no job refers to: their jobs' items are gone, or no job was ever made; and files
-    // whose sender stopped a day ago (the process receiving them died: a live one shows life
-    // every minute).
-    let uploads = sqlx::query!(
-        "delete from uploads where id in (
-             select u.id from uploads u
-             where (u.created_at < now() - make_interval(secs => $1)
-                    or (u.receiving and u.alive_at < now() - interval '1 day'))
-               and not exists (select 1 from jobs j
-                   where u.id in (j.upload_id, j.result_upload_id, j.output_upload_id))
-             limit $2)",
-        items_age.as_secs_f64(),
-        BATCH / 100,
-    )
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-
     let messages = queue::prune(&mut *conn, items_age, BATCH).await?;
 
     let sessions = sqlx::query!(
@@ -233,6 +215,26 @@ pub async fn prune(
              limit $1
              for update skip locked)",
         BATCH,
+    )
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+
+    // Files no job refers to: their jobs' items are gone, or no job was ever made; and files
+    // whose sender stopped a day ago (the process receiving them died: a live one shows life
+    // every minute). Last, as deleting one holds its owner's total of stored bytes until this
+    // commits, and every part an upload of theirs stores waits for it (a guest whose last
+    // files go here goes next round).
+    let uploads = sqlx::query!(
+        "delete from uploads where id in (
+             select u.id from uploads u
+             where (u.created_at < now() - make_interval(secs => $1)
+                    or (u.receiving and u.alive_at < now() - interval '1 day'))
+               and not exists (select 1 from jobs j
+                   where u.id in (j.upload_id, j.result_upload_id, j.output_upload_id))
+             limit $2)",
+        items_age.as_secs_f64(),
+        BATCH / 100,
     )
     .execute(&mut *conn)
     .await?

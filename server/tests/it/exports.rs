@@ -3,7 +3,9 @@
 
 use std::io::Cursor;
 
-use crate::support::{TestDb, TestServer, lease, run, worker_args};
+use crate::support::{
+    TestDb, TestServer, assert_stored_bytes_follow_uploads, lease, run, worker_args,
+};
 use app::model::{JobStatus, JobView, Remedy};
 use calamine::{Data, DataType, Reader, Xlsx};
 use reqwest::{StatusCode, header};
@@ -569,6 +571,7 @@ async fn wide_rows_export_a_part_at_a_time_and_the_file_goes_with_its_job() {
     .await
     .unwrap();
     assert_eq!(parts, 4, "the header's part, then three of the chunk's");
+    assert_stored_bytes_follow_uploads(&db).await;
 
     // The file is the export's: it goes when the job is deleted.
     let deleted = server
@@ -584,6 +587,7 @@ async fn wide_rows_export_a_part_at_a_time_and_the_file_goes_with_its_job() {
         .await
         .unwrap();
     assert_eq!(left, 0);
+    assert_stored_bytes_follow_uploads(&db).await;
     server.stop().await;
 }
 
