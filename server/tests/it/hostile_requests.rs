@@ -370,13 +370,7 @@ async fn a_head_not_sent_in_time_loses_its_connection() {
     let address = server.base.trim_start_matches("http://").to_owned();
     // An event stream opened now outlives the deadline: it applies to heads alone.
     server.upload("first.csv", csv(1)).await;
-    let response = server
-        .client
-        .get(server.url("/api/jobs/events"))
-        .send()
-        .await
-        .unwrap();
-    let mut list = Events::from_response(response);
+    let mut list = server.list_events().await;
 
     // A head trickled byte by byte (slowloris) is cut off at the deadline however it trickles.
     let mut trickling = tokio::net::TcpStream::connect(&address).await.unwrap();

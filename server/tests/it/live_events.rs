@@ -1,6 +1,6 @@
 //! Server-sent events: the seed's three states in order, and `Last-Event-ID` on reconnect.
 
-use crate::support::{Events, TestDb, TestServer, csv, never_stop, worker_args};
+use crate::support::{TestDb, TestServer, csv, never_stop, worker_args};
 use app::model::JobStatus;
 use server::jobs::{Engine, plan};
 use tokio_util::sync::CancellationToken;
@@ -77,14 +77,7 @@ async fn the_job_list_stream_reports_new_jobs() {
     let server = TestServer::start(&db, None).await;
     // A stream shows what its reader owned when it opened: a visitor becomes a guest first.
     server.upload("first.csv", csv(1)).await;
-    let response = server
-        .client
-        .get(server.url("/api/jobs/events"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.headers()["content-type"], "text/event-stream");
-    let mut list = Events::from_response(response);
+    let mut list = server.list_events().await;
     let job = server.import("list.csv", csv(10), "listed").await;
     let seen = list.until(|view| view.id == job.id).await;
     assert_eq!(seen.last().unwrap().job.status, JobStatus::Waiting);

@@ -154,17 +154,7 @@ async fn queued_again_a_backlog_still_takes_its_turns() {
 
     // The backlog's messages are lost (as a bulk retry's re-opened jobs have none): the
     // requeue round queues them again, each at its job's turn, not above every turn.
-    sqlx::query(
-        "delete from apalis.jobs where (convert_from(job, 'UTF8')::jsonb ->> 'job_id')::uuid
-         = any($1)",
-    )
-    .bind(&backlog)
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    server::jobs::maintenance::requeue::round(db.pool.clone(), std::time::Duration::from_secs(5))
-        .await
-        .unwrap();
+    queued_again(&db, &backlog).await;
     let queued: i64 =
         sqlx::query_scalar("select count(*) from apalis.jobs where status = 'Pending'")
             .fetch_one(&db.pool)
@@ -182,6 +172,21 @@ async fn queued_again_a_backlog_still_takes_its_turns() {
         "{before} of the busy owner's requeued jobs ran first"
     );
     server.stop().await;
+}
+
+/// The messages of `jobs` are lost; the requeue round queues them again.
+async fn queued_again(db: &TestDb, jobs: &[Uuid]) {
+    sqlx::query(
+        "delete from apalis.jobs where (convert_from(job, 'UTF8')::jsonb ->> 'job_id')::uuid
+         = any($1)",
+    )
+    .bind(jobs)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    server::jobs::maintenance::requeue::round(db.pool.clone(), std::time::Duration::from_secs(5))
+        .await
+        .unwrap();
 }
 
 /// The priority apalis stores for each of these jobs' messages, in the order given.
@@ -231,13 +236,7 @@ async fn a_deletion_takes_its_turn_at_create_and_when_queued_again() {
     assert_eq!(priorities(&db, &[deletion, import]).await, turns);
 
     // Queued again, by the requeue round, each keeps the place it was created with.
-    sqlx::query("delete from apalis.jobs")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    server::jobs::maintenance::requeue::round(db.pool.clone(), std::time::Duration::from_secs(5))
-        .await
-        .unwrap();
+    queued_again(&db, &[deletion, import]).await;
     assert_eq!(priorities(&db, &[deletion, import]).await, turns);
     server.stop().await;
 }

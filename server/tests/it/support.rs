@@ -534,6 +534,15 @@ impl TestServer {
         if let Some(last) = last_event_id {
             request = request.header("Last-Event-ID", last.to_string());
         }
+        Self::opened(request).await
+    }
+
+    /// Opens the job list's event stream.
+    pub async fn list_events(&self) -> Events {
+        Self::opened(self.client.get(self.url("/api/jobs/events"))).await
+    }
+
+    async fn opened(request: reqwest::RequestBuilder) -> Events {
         let response = request.send().await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(response.headers()["content-type"], "text/event-stream");
