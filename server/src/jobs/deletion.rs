@@ -46,6 +46,9 @@ pub enum DeleteError {
 /// Deletes `owner`'s dataset `name`; the job that removes its rows.
 pub async fn request(pool: &sqlx::PgPool, owner: Uuid, name: &str) -> Result<JobView, DeleteError> {
     let mut tx = pool.begin().await?;
+    // In turn with the owner's creates and retries (taken first, as they take it): the job's
+    // place among the owner's live jobs is then the one a create made after it counts.
+    jobs::hold_owners_jobs(&mut tx, owner).await?;
     let doomed = match dataset::delete(&mut tx, owner, name).await? {
         Ok(doomed) => doomed,
         Err(NotDeleted::NotFound) => return Err(DeleteError::NotFound(name.to_owned())),
