@@ -4,10 +4,10 @@
 //! - **No sniffing for HTTP/2.** `axum::serve` reads each connection's first bytes to tell
 //!   HTTP/2 from HTTP/1 and hands them back; hyper's read buffer, already holding them, then
 //!   doubles to 16 KB for the rest of the connection's life. Counted with uprobes on the
-//!   allocator over 2,000 open event streams (docs/architecture.md, "Live progress", says
-//!   how): 30.7 KB held per connection, 16 KB of it that buffer and 8 KB hyper's write
-//!   buffer; `make bench ONLY=fanout` gave a peak of 214 MB at 10,000 streams without the
-//!   sniffing, 324 MB with it. HTTP/2 is the business of the TLS-terminating proxy in front
+//!   allocator over 2,000 open event streams (docs/architecture.md, "Progress to the
+//!   browser", says how): 30.7 KB held per connection, 16 KB of it that buffer and 8 KB
+//!   hyper's write buffer; 22.7 KB without the sniffing. `make bench ONLY=fanout` gave a peak
+//!   of 214 MB at 10,000 streams without it, 324 MB with it. HTTP/2 is the business of the TLS-terminating proxy in front
 //!   (browsers speak it only over TLS).
 //! - **A deadline for a request's head** (`CONVEYOR_HEADER_TIMEOUT_SECS`, hyper's timer): a
 //!   client that trickles a head byte by byte (slowloris), or leaves a kept-alive connection

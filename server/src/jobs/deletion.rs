@@ -46,8 +46,8 @@ pub enum DeleteError {
 /// Deletes `owner`'s dataset `name`; the job that removes its rows.
 pub async fn request(pool: &sqlx::PgPool, owner: Uuid, name: &str) -> Result<JobView, DeleteError> {
     let mut tx = pool.begin().await?;
-    // In turn with the owner's creates and retries (taken first, as they take it): the job's
-    // place among the owner's live jobs is then the one a create made after it counts.
+    // The lock the owner's creates and retries take first: the deletion and the jobs made
+    // around it then count their places in the owner's turns in one order.
     jobs::hold_owners_jobs(&mut tx, owner).await?;
     let doomed = match dataset::delete(&mut tx, owner, name).await? {
         Ok(doomed) => doomed,
