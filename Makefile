@@ -112,8 +112,10 @@ bench: $(if $(filter xml,$(ONLY)),,tools)
 	  --server "$(CURDIR)/target/release/server" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench" \
 	  $(if $(ROWS),--rows $(ROWS)) $(if $(XLSX_ROWS),--xlsx-rows $(XLSX_ROWS)) $(if $(ONLY),--only $(ONLY)); fi
-	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = items ]; then python3 server/benches/items.py \
+	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = items ]; then \
+	  cargo build --release -p server --example small_imports && python3 server/benches/items.py \
 	  --server "$(CURDIR)/target/release/server" \
+	  --imports-bin "$(CURDIR)/target/release/examples/small_imports" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)"; fi
 	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = admin ]; then python3 server/benches/console.py \
 	  --server "$(CURDIR)/target/release/server" \
@@ -125,8 +127,10 @@ bench: $(if $(filter xml,$(ONLY)),,tools)
 	  --server "$(CURDIR)/target/release/server" \
 	  --load-bin "$(CURDIR)/target/release/examples/load" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench"; fi
-	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = small ]; then python3 server/benches/small.py \
+	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = small ]; then \
+	  cargo build --release -p server --example small_imports && python3 server/benches/small.py \
 	  --server "$(CURDIR)/target/release/server" \
+	  --imports-bin "$(CURDIR)/target/release/examples/small_imports" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" $(if $(JOBS),--jobs $(JOBS)); fi
 	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = topology ]; then python3 server/benches/topology.py \
 	  --server "$(CURDIR)/target/release/server" \

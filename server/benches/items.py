@@ -125,6 +125,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True, help="the release server binary")
+    parser.add_argument("--imports-bin", required=True,
+                        help="the release small_imports example: the small jobs' clients")
     parser.add_argument("--db-url", required=True)
     parser.add_argument("--port", type=int, default=3401)
     parser.add_argument("--items", type=int, default=100_000)

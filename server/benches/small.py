@@ -2,14 +2,14 @@
 """`make bench` (small part; alone: `make bench ONLY=small`): many small imports (issue 15).
 
 On a release server running its workers, `--jobs` (default 10,000) imports of `--rows`
-(default 100) rows each, made by 16 clients at once (upload, then `POST /api/jobs`), each into
-a dataset of its own, by one owner. When half are made, another owner makes one import of the
+(default 100) rows each, made by 16 clients at once (upload, then `POST /api/jobs`; the clients are
+`server/examples/small_imports.rs`), each into a dataset of its own, by one owner. When half are made, another owner makes one import of the
 same size. Prints:
   - jobs/s from the first upload to the last job completed (goal: >= 1,000 jobs/s);
   - p50 / p99 of `POST /api/jobs` (creating a job, its file already uploaded);
   - the other owner's job: created -> completed (one owner's backlog must not starve another);
   - the server's peak RSS.
-Standard library only; completion is watched through the job list's exact per-status counts.
+Completion is watched through the job list's exact per-status counts.
 """
 
 import argparse
@@ -18,6 +18,7 @@ import http.client
 import json
 import math
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -62,37 +63,27 @@ class Client:
         return job, time.monotonic() - start
 
 
-def create_imports(port, jobs, rows, parallel, name, midway=None):
-    """`jobs` imports of `rows` rows from `parallel` clients; the create latencies. `midway`
+def create_imports(args, jobs, rows, name, midway=None, parallel=16):
+    """`jobs` imports of `rows` rows from `parallel` connections of the Rust client
+    (`server/examples/small_imports.rs`, as the signed-in owner); the create latencies. `midway`
     runs (on its own thread) once half are made."""
-    body = multipart(rows)
-    latencies, errors, lock = [], [], threading.Lock()
-    made = [0]
-    started_midway = threading.Event()
-
-    def create(first):
-        client = Client(port, AUTH)
-        try:
-            for n in range(first, jobs, parallel):
-                _, seconds = client.import_file(body, f"{name}_{n}")
-                with lock:
-                    latencies.append(seconds)
-                    made[0] += 1
-                    if midway and made[0] == jobs // 2 and not started_midway.is_set():
-                        started_midway.set()
-                        threading.Thread(target=midway).start()
-        except Exception as error:  # reported by the caller, which alone can stop the run
-            with lock:
-                errors.append(error)
-
-    threads = [threading.Thread(target=create, args=(n,)) for n in range(parallel)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        sys.exit(f"creating small jobs failed: {errors[0]}")
-    return latencies
+    client = subprocess.Popen(
+        [args.imports_bin, "--base", f"http://127.0.0.1:{args.port}",
+         "--token", AUTH["authorization"].split(" ", 1)[1], "--jobs", str(jobs),
+         "--rows", str(rows), "--connections", str(parallel), "--prefix", name],
+        stdout=subprocess.PIPE, text=True)
+    midway_thread = None
+    for line in client.stdout:
+        if line.strip() == "half" and midway:
+            midway_thread = threading.Thread(target=midway)
+            midway_thread.start()
+        else:
+            result = json.loads(line)
+    if client.wait() != 0:
+        sys.exit("creating small jobs failed")
+    if midway_thread:
+        midway_thread.join()
+    return result["createSeconds"]
 
 
 def wait_finished(port, auth, jobs):
@@ -109,10 +100,10 @@ def wait_finished(port, auth, jobs):
         time.sleep(0.05)  # measuring: the poll's own period bounds the error
 
 
-def small_jobs(args, jobs, rows, parallel=16):
+def small_jobs(args, jobs, rows):
     """Imports created -> all completed, on the running server: jobs/s and create latencies."""
     start = time.monotonic()
-    latencies = create_imports(args.port, jobs, rows, parallel, f"small_{int(start)}")
+    latencies = create_imports(args, jobs, rows, f"small_{int(start)}")
     wait_finished(args.port, AUTH, jobs)
     return jobs / (time.monotonic() - start), latencies
 
@@ -127,6 +118,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True, help="the release server binary")
+    parser.add_argument("--imports-bin", required=True,
+                        help="the release small_imports example: the clients")
     parser.add_argument("--db-url", required=True)
     parser.add_argument("--port", type=int, default=3402)
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -150,8 +143,8 @@ def main():
            "CONVEYOR_MAX_UPLOADS_AT_ONCE": str(args.parallel * 2)}
     with Server(args, env=env) as server:
         start = time.monotonic()
-        latencies = create_imports(args.port, args.jobs, args.rows, args.parallel, "small",
-                                   midway=other_owner)
+        latencies = create_imports(args, args.jobs, args.rows, "small", other_owner,
+                                   args.parallel)
         created = time.monotonic()
         wait_finished(args.port, AUTH, args.jobs)
         rate = args.jobs / (time.monotonic() - start)
