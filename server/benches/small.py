@@ -6,6 +6,8 @@ On a release server running its workers, `--jobs` (default 10,000) imports of `-
 `server/examples/small_imports.rs`), each into a dataset of its own, by one owner. When half are made, another owner makes one import of the
 same size. Prints:
   - jobs/s from the first upload to the last job completed (goal: >= 1,000 jobs/s);
+  - what PostgreSQL alone manages when it makes only the writes a small job cannot do without
+    (pgbench with `FLOOR_SCRIPT`, the server stopped), and the end-to-end rate's ratio to it;
   - p50 / p99 of `POST /api/jobs` (creating a job, its file already uploaded);
   - the other owner's job: created -> completed (one owner's backlog must not starve another);
   - the server's peak RSS.
@@ -17,9 +19,11 @@ import datetime
 import http.client
 import json
 import math
+import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -108,6 +112,54 @@ def small_jobs(args, jobs, rows):
     return jobs / (time.monotonic() - start), latencies
 
 
+# The writes one small job cannot do without on our schema (its indexes and triggers
+# included), in three transactions: its file stored, the job made, and its rows written with the
+# job ended. No HTTP, no queue, no leases, no locks, no notifications: a floor for this machine,
+# not a design. pgbench runs it with prepared statements, as the server's are; the owner and
+# dataset are the bench owner's.
+FLOOR_SCRIPT = """\
+BEGIN;
+insert into uploads (id, owner, filename, size, receiving)
+    values (gen_random_uuid(), '{owner}', 'small.csv', {size}, false) returning id as upload \\gset
+insert into upload_parts (upload_id, part_no, data)
+    values (:upload, 0, convert_to(repeat('1,row 1' || chr(10), {rows}), 'UTF8'));
+COMMIT;
+BEGIN;
+insert into jobs (id, kind, owner, upload_id, dataset_id, source_filename)
+    values (gen_random_uuid(), 'import', '{owner}', :upload, '{dataset}', 'small.csv')
+    returning id as job, seq \\gset
+COMMIT;
+BEGIN;
+insert into dataset_rows (dataset_id, pos, record)
+    select '{dataset}', ((:seq)::bigint << 32) + n, n || chr(9) || 'row ' || n
+    from generate_series(1, {rows}) n;
+update jobs set status = 'completed', started_at = now(), finished_at = now(), sealed = true,
+    item_count = {rows}, item_progress = {rows}, rows_ok = {rows}, version = version + 2
+    where id = :job;
+COMMIT;
+"""
+
+
+def sql_floor(args, rows, seconds=15, clients=4):
+    """Small jobs per second that PostgreSQL alone manages with `FLOOR_SCRIPT` (pgbench,
+    `clients` connections; run with the server stopped)."""
+    found = imports.psql(args.db_url, "-At", "-c",
+                         "select u.id, d.id from users u join datasets d on d.owner = u.id "
+                         "where u.email = 'small-bench@example.com' limit 1").split("|")
+    owner, dataset = (value.strip() for value in found)
+    script = FLOOR_SCRIPT.format(owner=owner, dataset=dataset, rows=rows, size=rows * 10)
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as file:
+        file.write(script)
+        file.flush()
+        done = subprocess.run(["pgbench", "-n", "-M", "prepared", "-c", str(clients), "-j", "2", "-T", str(seconds),
+                               "-f", file.name, args.db_url],
+                              capture_output=True, text=True)
+    found = re.search(r"tps = ([0-9.]+)", done.stdout)
+    if done.returncode != 0 or not found:
+        sys.exit(f"pgbench failed: {done.stderr.strip()}")
+    return float(found.group(1))
+
+
 def p50_p99(values):
     ordered = sorted(values)
     return (statistics.median(ordered) * 1000,
@@ -156,12 +208,15 @@ def main():
         stamp = lambda text: datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
         other_wait = stamp(done["finishedAt"]) - stamp(done["createdAt"])
         rss = server.peak_rss_mb()
+    floor = sql_floor(args, args.rows)
     p50, p99 = p50_p99(latencies)
     print(f"Small imports: {args.jobs:,} jobs of {args.rows} rows, {args.parallel} clients, "
           f"each into its own dataset")
     print(f"  first upload -> last completed: {rate:,.0f} jobs/s (goal >= {GOAL_JOBS_PER_S:,}: "
           f"{'met' if rate >= GOAL_JOBS_PER_S else 'NOT met'}); all made in "
           f"{created - start:.1f} s ({args.jobs / (created - start):,.0f} jobs/s)")
+    print(f"  PostgreSQL alone making only a small job's writes (pgbench, 4 clients, no server): "
+          f"{floor:,.0f} jobs/s; end to end is {rate / floor:.2f} of that")
     print(f"  POST /api/jobs: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
     print(f"  another owner's job, made half way: created -> completed in "
           f"{other_wait.total_seconds():.2f} s")

@@ -142,7 +142,8 @@ async fn write(
     parsed: &csv::ChunkRows,
     stop: &CancellationToken,
 ) -> Result<(), TaskError> {
-    let Some(version) = write_rows(&mut tx, job_id, job, keyed, parsed).await? else {
+    let Some(version) = write_rows(&mut tx, job_id, job, keyed, parsed, Counted::Chunk).await?
+    else {
         // The job ended while we worked (failed or cancelled): write nothing.
         tx.rollback().await?;
         return Ok(());
@@ -159,6 +160,19 @@ async fn write(
     Ok(())
 }
 
+/// What a chunk's rows are counted as.
+#[derive(Debug, Clone, Copy)]
+pub enum Counted<'a> {
+    /// A chunk of a running job ([`states::job::add_chunk`]).
+    Chunk,
+    /// The one chunk of a plan not sealed yet, which is sealed with it: a small file imported
+    /// at once ([`states::job::add_whole_plan`]).
+    WholePlan {
+        format: &'a RowFormat,
+        item_count: i64,
+    },
+}
+
 /// Writes a done chunk's rows and row errors and adds them to the job's and dataset's counts,
 /// in the caller's transaction; the job's new version, or `None` (and the transaction must be
 /// rolled back) if the job is no longer running.
@@ -168,6 +182,7 @@ pub async fn write_rows(
     job: &ImportJob,
     keyed: bool,
     parsed: &csv::ChunkRows,
+    counted: Counted<'_>,
 ) -> sqlx::Result<Option<i64>> {
     let mut counts = ChunkCounts {
         ok: parsed.rows.len() as i64,
@@ -192,7 +207,13 @@ pub async fn write_rows(
         counts.ok
     };
     errors::insert(&mut *tx, job_id, &parsed.errors).await?;
-    let Some(added) = states::job::add_chunk(&mut *tx, job_id, counts).await? else {
+    let added = match counted {
+        Counted::Chunk => states::job::add_chunk(&mut *tx, job_id, counts).await?,
+        Counted::WholePlan { format, item_count } => {
+            states::job::add_whole_plan(&mut *tx, job_id, format, item_count, counts).await?
+        }
+    };
+    let Some(added) = added else {
         return Ok(None);
     };
     if !job.dry_run {

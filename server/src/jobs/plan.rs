@@ -11,12 +11,16 @@
 use std::io;
 
 use futures::TryStreamExt;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, Postgres, Transaction};
 use uuid::Uuid;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Engine, TaskError, chunk, format, pipe, sheet};
+use super::{
+    Engine, TaskError,
+    chunk::{self, Counted},
+    format, pipe, sheet,
+};
 use crate::{
     spreadsheet::{
         ChunkSpan, Plan,
@@ -40,51 +44,66 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
     let Some(job) = jobs::lock_import_job(&mut tx, job_id).await? else {
         return Ok(());
     };
-    match states::job::start(&mut tx, job_id).await? {
-        Some(version) => notify::job_changed(&mut tx, job_id, version).await?,
-        None if job.is_running() => {}
+    if !job.is_live() {
         // Finished or cancelled before it started.
-        None => return Ok(()),
+        return Ok(());
     }
     if job.sealed {
         // Planned already: its chunks were queued with the plan (a retried job, started again
         // just now, has them re-queued by `maintenance::requeue`). A retried job with no chunk
         // left to run (a streamed sheet, all written, that failed its row error limit at the
         // end) ends here.
+        start(&mut tx, job_id).await?;
         if let Some(version) = states::job::settle(&mut tx, job_id).await? {
             notify::job_changed(&mut tx, job_id, version).await?;
         }
         tx.commit().await?;
         return Ok(());
     }
+    // Read under the job's lock: a small file of one chunk is imported in this transaction,
+    // which also starts the job, so a small job's whole run is one transaction.
+    let head = uploads::read_range(&mut *tx, job.upload_id, 0, SMALL_FILE).await?;
+    if workbook::Kind::of(&head).is_some() || head.len() as u64 >= SMALL_FILE {
+        start(&mut tx, job_id).await?;
+        tx.commit().await?;
+        if workbook::Kind::of(&head).is_some() {
+            return sheet::run(engine, job_id, &job, stop).await;
+        }
+        let plan = scan_upload(engine, job.upload_id, job.reading(), stop).await?;
+        return seal(engine, job_id, plan).await;
+    }
+    // The whole file: scanned from memory, and imported at once if it is one chunk. (A file
+    // refused here fails while still `waiting`: it never started.)
+    let (reading, chunk_rows) = (job.reading(), engine.chunk_rows);
+    let (plan, file) =
+        tokio::task::spawn_blocking(move || (csv::scan(&head[..], &reading, chunk_rows), head))
+            .await?;
+    let plan = plan.map_err(scan_failed)?;
+    if let [span] = plan.chunks[..] {
+        match import_at_once(tx, job_id, &job, &plan, span, file, stop).await {
+            // A fault of ours (a full disk, say): the chunk runs as its own task instead,
+            // with its own attempts, and is listed as a failed part if they all fail.
+            Err(TaskError::Retry(cause)) => {
+                tracing::warn!(%job_id, "importing at once failed, queueing its chunk: {cause}");
+            }
+            imported => return imported,
+        }
+        tx = engine.pool.begin().await?;
+        if jobs::lock_import_job(&mut tx, job_id).await?.is_none() {
+            return Ok(());
+        }
+    }
+    start(&mut tx, job_id).await?;
     tx.commit().await?;
-
-    let head = uploads::read_range(&engine.pool, job.upload_id, 0, SMALL_FILE).await?;
-    if workbook::Kind::of(&head).is_some() {
-        return sheet::run(engine, job_id, &job, stop).await;
-    }
-    if (head.len() as u64) < SMALL_FILE {
-        // The whole file: scanned from memory, and imported at once if it is one chunk.
-        let (reading, chunk_rows) = (job.reading(), engine.chunk_rows);
-        let (plan, file) =
-            tokio::task::spawn_blocking(move || (csv::scan(&head[..], &reading, chunk_rows), head))
-                .await?;
-        let plan = plan.map_err(scan_failed)?;
-        return match plan.chunks[..] {
-            [span] => match import_at_once(engine, job_id, &plan, span, file, stop).await {
-                // A fault of ours (a full disk, say): the chunk runs as its own task instead,
-                // with its own attempts, and is listed as a failed part if they all fail.
-                Err(TaskError::Retry(cause)) => {
-                    tracing::warn!(%job_id, "importing at once failed, queueing its chunk: {cause}");
-                    seal(engine, job_id, plan).await
-                }
-                imported => imported,
-            },
-            _ => seal(engine, job_id, plan).await,
-        };
-    }
-    let plan = scan_upload(engine, job.upload_id, job.reading(), stop).await?;
     seal(engine, job_id, plan).await
+}
+
+/// `waiting` → `running`, announced; nothing if it runs already.
+async fn start(tx: &mut PgConnection, job_id: Uuid) -> sqlx::Result<()> {
+    if let Some(version) = states::job::start(&mut *tx, job_id).await? {
+        notify::job_changed(tx, job_id, version).await?;
+    }
+    Ok(())
 }
 
 /// Files smaller than this are read whole by the plan (one part of an upload), and imported
@@ -93,25 +112,20 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
 /// ONLY=small`).
 const SMALL_FILE: u64 = uploads::PART_BYTES as u64;
 
-/// Imports a file of one chunk in one transaction: its format, the seal, its chunk recorded
-/// done with its rows, and the job's end, with one notification.
+/// Imports a file of one chunk in `tx`, which holds the job's lock: the job's start, its
+/// format, the seal, its chunk recorded done with its rows, and the job's end, with one
+/// notification. Rolled back on an error.
 async fn import_at_once(
-    engine: &Engine,
+    mut tx: Transaction<'_, Postgres>,
     job_id: Uuid,
+    job: &ImportJob,
     plan: &Plan,
     span: ChunkSpan,
     file: Vec<u8>,
     stop: &CancellationToken,
 ) -> Result<(), TaskError> {
-    let mut tx = engine.pool.begin().await?;
-    let Some(job) = jobs::lock_import_job(&mut tx, job_id).await? else {
-        return Ok(());
-    };
-    if job.sealed || !job.is_running() {
-        return Ok(());
-    }
     check_row_numbers(plan)?;
-    let format = format::row_format(&mut tx, &job, plan).await?;
+    let format = format::row_format(&mut tx, job, plan).await?;
     let keyed = format.key.is_some();
     let reading = format.clone();
     let parsed = tokio::task::spawn_blocking(move || {
@@ -119,15 +133,13 @@ async fn import_at_once(
         csv::rows_of(&span, bytes.unwrap_or_default(), &reading)
     })
     .await?;
-    // Sealed first, with its one chunk: writing the chunk then ends the job as the last chunk
-    // of any import does (completed, or failed past its row error limit).
-    if states::job::seal(&mut tx, job_id, Some(&format), plan.row_count, 1)
-        .await?
-        .is_none()
-    {
-        return Ok(());
-    }
-    let version = match write_chunk(&mut tx, job_id, &job, span, keyed, &parsed).await {
+    // Started, sealed with its one chunk and counted in one update; then the job ends as after
+    // the last chunk of any import (completed, or failed past its row error limit).
+    let counted = Counted::WholePlan {
+        format: &format,
+        item_count: plan.row_count,
+    };
+    let version = match write_chunk(&mut tx, job_id, job, span, keyed, &parsed, counted).await {
         Ok(Some(version)) => version,
         Ok(None) => return Ok(()),
         Err(err) => {
@@ -155,6 +167,7 @@ async fn write_chunk(
     span: ChunkSpan,
     keyed: bool,
     parsed: &ChunkRows,
+    counted: Counted<'_>,
 ) -> Result<Option<i64>, TaskError> {
     let recorded = chunks::record_done(tx, job_id, 0, &span).await?;
     if recorded != Recorded::New {
@@ -163,7 +176,7 @@ async fn write_chunk(
         let found = format!("the one chunk of an unsealed job was recorded already ({recorded:?})");
         return Err(std::io::Error::other(found).into());
     }
-    Ok(chunk::write_rows(tx, job_id, job, keyed, parsed).await?)
+    Ok(chunk::write_rows(tx, job_id, job, keyed, parsed, counted).await?)
 }
 
 /// Refused: the plan's last row would pass the row numbers a dataset keeps.

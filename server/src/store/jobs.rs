@@ -626,6 +626,11 @@ impl ImportJob {
         self.status == JobStatus::Running
     }
 
+    /// Waiting or running.
+    pub fn is_live(&self) -> bool {
+        LIVE.contains(&self.status)
+    }
+
     /// How to read the file: as the person said, or as found.
     pub fn reading(&self) -> Reading {
         self.reading.as_ref().map(|r| r.0).unwrap_or_default()

@@ -409,7 +409,12 @@ pub async fn seal_output(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<i64>
 }
 
 /// Bytes `start..end` of a received file.
-pub async fn read_range(pool: &PgPool, id: Uuid, start: u64, end: u64) -> sqlx::Result<Vec<u8>> {
+pub async fn read_range(
+    conn: impl sqlx::PgExecutor<'_>,
+    id: Uuid,
+    start: u64,
+    end: u64,
+) -> sqlx::Result<Vec<u8>> {
     if end <= start {
         return Ok(Vec::new());
     }
@@ -430,7 +435,7 @@ pub async fn read_range(pool: &PgPool, id: Uuid, start: u64, end: u64) -> sqlx::
         end,
         part_len,
     )
-    .fetch_all(pool)
+    .fetch_all(conn)
     .await?;
     Ok(slices.concat())
 }

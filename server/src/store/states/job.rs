@@ -120,9 +120,62 @@ pub async fn add_chunk(
     )
     .fetch_optional(&mut *conn)
     .await?;
-    let Some(added) = added else {
-        return Ok(None);
-    };
+    match added {
+        Some(added) => Ok(Some(end_after_chunk(conn, id, counts, added).await?)),
+        None => Ok(None),
+    }
+}
+
+/// The plan of an import that is one chunk, sealed with that chunk done and counted, in one
+/// update: `waiting` → `running` (or `running` already, unsealed), as [`start`], [`seal`] and
+/// [`add_chunk`] one after the other would leave it. Then it ends as after [`add_chunk`]. For a
+/// small file imported at once (`jobs::plan`): each update of a job writes a new row version
+/// and, when an indexed column changes, an entry in most of the table's indexes.
+pub async fn add_whole_plan(
+    conn: &mut PgConnection,
+    id: Uuid,
+    format: &RowFormat,
+    item_count: i64,
+    counts: ChunkCounts,
+) -> sqlx::Result<Option<ChunkAdded>> {
+    let added = sqlx::query_as!(
+        ChunkAdded,
+        r#"update jobs set status = $7, started_at = coalesce(started_at, now()),
+             sealed = true, row_format = $2, item_count = $3, chunks_total = 1,
+             attempts = 0, last_error = null,
+             item_progress = item_progress + $4 + $5,
+             rows_ok = rows_ok + $4,
+             rows_failed = rows_failed + $5,
+             rows_updated = rows_updated + $6,
+             chunks_done = chunks_done + 1,
+             version = version + 1
+         where id = $1 and status = any($8) and not sealed and kind = $9
+         returning version, false as "finish_export!""#,
+        id,
+        Json(format) as _,
+        item_count,
+        counts.ok,
+        counts.failed,
+        counts.updated,
+        Running as JobStatus,
+        &LIVE[..] as &[JobStatus],
+        JobKind::Import as JobKind,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    match added {
+        Some(added) => Ok(Some(end_after_chunk(conn, id, counts, added).await?)),
+        None => Ok(None),
+    }
+}
+
+/// After a chunk was added: `failed` past the row error limit, or the end of its sealed plan.
+async fn end_after_chunk(
+    conn: &mut PgConnection,
+    id: Uuid,
+    counts: ChunkCounts,
+    added: ChunkAdded,
+) -> sqlx::Result<ChunkAdded> {
     let stopped = if counts.failed > 0 {
         stop_over_row_error_limit(conn, id).await?
     } else {
@@ -132,13 +185,13 @@ pub async fn add_chunk(
         Some(version) => Some(version),
         None => end_if_all_chunks_ended(conn, id).await?,
     };
-    Ok(Some(match ended {
+    Ok(match ended {
         Some(version) => ChunkAdded {
             version,
             finish_export: false,
         },
         None => added,
-    }))
+    })
 }
 
 /// Ends a `running` job that is over its row error limit (`failed`), or whose sealed plan's
