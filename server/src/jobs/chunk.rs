@@ -175,7 +175,8 @@ pub enum Counted<'a> {
 
 /// Writes a done chunk's rows and row errors and adds them to the job's and dataset's counts,
 /// in the caller's transaction; the job's new version, or `None` (and the transaction must be
-/// rolled back) if the job is no longer running.
+/// rolled back) if the job is no longer running (for [`Counted::WholePlan`]: no longer live
+/// and unsealed).
 pub async fn write_rows(
     tx: &mut PgConnection,
     job_id: Uuid,

@@ -107,14 +107,14 @@ async fn start(tx: &mut PgConnection, job_id: Uuid) -> sqlx::Result<()> {
 }
 
 /// Files smaller than this are read whole by the plan (one part of an upload), and imported
-/// in its own transaction when they are one chunk: a small job pays for one task, not a plan
-/// and a chunk each with its queue round trip, lease and transactions (`make bench
-/// ONLY=small`).
+/// in the plan's first transaction when they are one chunk: a small job pays for one task and
+/// one transaction, not a plan and a chunk each with its queue round trip, lease and
+/// transactions (`make bench ONLY=small`).
 const SMALL_FILE: u64 = uploads::PART_BYTES as u64;
 
-/// Imports a file of one chunk in `tx`, which holds the job's lock: the job's start, its
-/// format, the seal, its chunk recorded done with its rows, and the job's end, with one
-/// notification. Rolled back on an error.
+/// Imports a file of one chunk in `tx`, which holds the job's lock: its format, its chunk
+/// recorded done with its rows, the job started, sealed and counted in one update, and its end,
+/// with one notification. Rolled back on an error, before the caller goes on.
 async fn import_at_once(
     mut tx: Transaction<'_, Postgres>,
     job_id: Uuid,
@@ -124,32 +124,18 @@ async fn import_at_once(
     file: Vec<u8>,
     stop: &CancellationToken,
 ) -> Result<(), TaskError> {
-    check_row_numbers(plan)?;
-    let format = format::row_format(&mut tx, job, plan).await?;
-    let keyed = format.key.is_some();
-    let reading = format.clone();
-    let parsed = tokio::task::spawn_blocking(move || {
-        let bytes = file.get(span.byte_start as usize..span.byte_end as usize);
-        csv::rows_of(&span, bytes.unwrap_or_default(), &reading)
-    })
-    .await?;
-    // Started, sealed with its one chunk and counted in one update; then the job ends as after
-    // the last chunk of any import (completed, or failed past its row error limit).
-    let counted = Counted::WholePlan {
-        format: &format,
-        item_count: plan.row_count,
-    };
-    let version = match write_chunk(&mut tx, job_id, job, span, keyed, &parsed, counted).await {
-        Ok(Some(version)) => version,
-        Ok(None) => return Ok(()),
+    let (version, parsed) = match write_at_once(&mut tx, job_id, job, plan, span, file).await {
+        Ok(Some(written)) => written,
+        // The job is locked, live and not sealed: nothing can have moved it.
+        Ok(None) => return Ok(tx.rollback().await?),
         Err(err) => {
-            // Rolled back here, before the caller seals the job the ordinary way.
             tx.rollback().await?;
             return Err(err);
         }
     };
     notify::job_changed(&mut tx, job_id, version).await?;
     if stop.is_cancelled() {
+        tx.rollback().await?;
         return Err(TaskError::Stopped);
     }
     tx.commit().await?;
@@ -158,25 +144,40 @@ async fn import_at_once(
     Ok(())
 }
 
-/// Records the one chunk done and writes its rows: the job's new version, `None` if the job is
-/// no longer running.
-async fn write_chunk(
+/// Writes the one chunk's rows and ends the job, as [`import_at_once`] says: the job's new
+/// version and the rows, `None` if the job was not live and unsealed.
+async fn write_at_once(
     tx: &mut PgConnection,
     job_id: Uuid,
     job: &ImportJob,
+    plan: &Plan,
     span: ChunkSpan,
-    keyed: bool,
-    parsed: &ChunkRows,
-    counted: Counted<'_>,
-) -> Result<Option<i64>, TaskError> {
-    let recorded = chunks::record_done(tx, job_id, 0, &span).await?;
+    file: Vec<u8>,
+) -> Result<Option<(i64, ChunkRows)>, TaskError> {
+    check_row_numbers(plan)?;
+    let format = format::row_format(&mut *tx, job, plan).await?;
+    let keyed = format.key.is_some();
+    let reading = format.clone();
+    let parsed = tokio::task::spawn_blocking(move || {
+        let bytes = file.get(span.byte_start as usize..span.byte_end as usize);
+        csv::rows_of(&span, bytes.unwrap_or_default(), &reading)
+    })
+    .await?;
+    let recorded = chunks::record_done(&mut *tx, job_id, 0, &span).await?;
     if recorded != Recorded::New {
         // The job was locked and not sealed, and its chunk is recorded with the seal: no other
         // run can have recorded it.
         let found = format!("the one chunk of an unsealed job was recorded already ({recorded:?})");
         return Err(std::io::Error::other(found).into());
     }
-    Ok(chunk::write_rows(tx, job_id, job, keyed, parsed, counted).await?)
+    // Started, sealed with its one chunk and counted in one update; then the job ends as after
+    // the last chunk of any import (completed, or failed past its row error limit).
+    let counted = Counted::WholePlan {
+        format: &format,
+        item_count: plan.row_count,
+    };
+    let version = chunk::write_rows(tx, job_id, job, keyed, &parsed, counted).await?;
+    Ok(version.map(|version| (version, parsed)))
 }
 
 /// Refused: the plan's last row would pass the row numbers a dataset keeps.

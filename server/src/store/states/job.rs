@@ -130,7 +130,8 @@ pub async fn add_chunk(
 /// update: `waiting` → `running` (or `running` already, unsealed), as [`start`], [`seal`] and
 /// [`add_chunk`] one after the other would leave it. Then it ends as after [`add_chunk`]. For a
 /// small file imported at once (`jobs::plan`): each update of a job writes a new row version
-/// and, when an indexed column changes, an entry in most of the table's indexes.
+/// and, when an indexed column changes, an entry in most of the table's indexes. Its start is
+/// the transaction's (when the plan took the job), its end the moment it ends.
 pub async fn add_whole_plan(
     conn: &mut PgConnection,
     id: Uuid,
@@ -140,7 +141,8 @@ pub async fn add_whole_plan(
 ) -> sqlx::Result<Option<ChunkAdded>> {
     let added = sqlx::query_as!(
         ChunkAdded,
-        r#"update jobs set status = $7, started_at = coalesce(started_at, now()),
+        r#"update jobs set status = $7,
+             started_at = case when status = $10 then now() else started_at end,
              sealed = true, row_format = $2, item_count = $3, chunks_total = 1,
              attempts = 0, last_error = null,
              item_progress = item_progress + $4 + $5,
@@ -160,6 +162,7 @@ pub async fn add_whole_plan(
         Running as JobStatus,
         &LIVE[..] as &[JobStatus],
         JobKind::Import as JobKind,
+        Waiting as JobStatus,
     )
     .fetch_optional(&mut *conn)
     .await?;
@@ -203,10 +206,12 @@ pub async fn settle(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i6
     }
 }
 
-/// `running` → `failed` when its rows in error passed its limit.
+/// `running` → `failed` when its rows in error passed its limit. It ends at the moment it does
+/// (`clock_timestamp()`): its transaction's start (`now()`) is also when a small file imported
+/// at once started.
 async fn stop_over_row_error_limit(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar!(
-        "update jobs set status = $3, finished_at = now(), version = version + 1,
+        "update jobs set status = $3, finished_at = clock_timestamp(), version = version + 1,
              error = format('Stopped after %s rows with errors, more than the limit of %s. '
                             'Fix the file and import it again.',
                             rows_failed,
@@ -228,8 +233,9 @@ async fn stop_over_row_error_limit(conn: &mut PgConnection, id: Uuid) -> sqlx::R
 }
 
 /// `running` → `completed` (an import, whose dataset is then `ready`) or `failed` (any job with
-/// a failed chunk) once every chunk of its sealed plan is done or failed. An export whose chunks are all done goes on to
-/// its finish step instead ([`complete_export`]).
+/// a failed chunk) once every chunk of its sealed plan is done or failed, at the moment it does
+/// (as [`stop_over_row_error_limit`]). An export whose chunks are all done goes on to its
+/// finish step instead ([`complete_export`]).
 pub(super) async fn end_if_all_chunks_ended(
     conn: &mut PgConnection,
     id: Uuid,
@@ -252,7 +258,7 @@ pub(super) async fn end_if_all_chunks_ended(
                                            and c.kind = $6 and c.status <> $3)
                               then 'Its follow-up job did not complete.'
                           else error end,
-             finished_at = now(), version = version + 1
+             finished_at = clock_timestamp(), version = version + 1
          where id = $1 and status = $2 and sealed
            and chunks_done + chunks_failed = chunks_total
            and (kind = any($5) or chunks_failed > 0)

@@ -20,6 +20,9 @@
 //!                   └── cancel ──────────────────────┴──────────────────────────▶ cancelled
 //! ```
 //!
+//! A small file the plan refuses fails its job while still `waiting`: the plan reads it before
+//! it starts the job, to import it in that same transaction (`jobs::plan`).
+//!
 //! A deletion's one step starts it and completes it once its dataset has no rows left; it is
 //! never cancelled (its dataset is gone already). A batch is created `running`, takes children until sealed, and is settled `completed` (every
 //! child completed) or `failed` once they have all ended; cancelling it cancels its live
