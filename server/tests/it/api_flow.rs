@@ -281,6 +281,23 @@ async fn stored_files_read_back_by_any_byte_range() {
             "bytes {start}..{end} read back wrong"
         );
     }
+    // A file of whole parts is finished by a statement of its own, any other by its last part
+    // (and this one by its first): each ends received, with its size and digest.
+    for len in [2 * part, part + 1, 3] {
+        use sha2::{Digest, Sha256};
+        let bytes = vec![7u8; len as usize];
+        let upload = server.upload("whole.bin", bytes.clone()).await;
+        let id: uuid::Uuid = upload["id"].as_str().unwrap().parse().unwrap();
+        let stored: (i64, Vec<u8>, bool) =
+            sqlx::query_as("select size, sha256, receiving from uploads where id = $1")
+                .bind(id)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(stored, (len as i64, Sha256::digest(&bytes).to_vec(), false));
+        let read = uploads::read_range(&db.pool, id, 0, len).await.unwrap();
+        assert!(read == bytes, "a file of {len} bytes read back wrong");
+    }
     server.stop().await;
 }
 
