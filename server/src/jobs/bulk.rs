@@ -187,6 +187,7 @@ async fn batch(
         (action, actor.limit, actor.acts)
     {
         // Held until the batch commits, so no create or retry of theirs slips in between.
+        jobs::hold_owners_jobs(&mut tx, owner).await?;
         size = size.min(limit - jobs::live_jobs(&mut tx, owner).await?.limited);
         if size <= 0 {
             let left = job_list::matching_ids(&mut tx, owners, selection, after, 1).await?;

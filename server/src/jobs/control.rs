@@ -66,6 +66,7 @@ async fn transition(
     // takes it (so the two wait for each other rather than deadlock).
     let held = match (&transition, acts) {
         (Transition::Retry { limit: Some(limit) }, Sees::OwnedBy(owner)) => {
+            jobs::hold_owners_jobs(&mut tx, owner).await?;
             Some((*limit, jobs::live_jobs(&mut tx, owner).await?.limited))
         }
         _ => None,

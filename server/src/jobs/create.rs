@@ -472,6 +472,8 @@ async fn follow_ups(
 /// completes once sealed (`POST /api/jobs/{id}/seal`) and all its children have completed.
 pub async fn batch(pool: &PgPool, owner: Uuid, options: &Options) -> Result<Created, CreateError> {
     let mut tx = pool.begin().await?;
+    // Before any other lock, as every create takes it (`queue_first_task` counts under it).
+    jobs::hold_owners_jobs(&mut tx, owner).await?;
     let inserted = jobs::insert_batch(&mut tx, owner, options).await?;
     // A batch has no task of its own: batch settlement (`maintenance::batches`) ends it.
     queue_first_task(pool, tx, owner, options, inserted, |_| None).await
@@ -546,8 +548,10 @@ fn with_dataset_order(options: &Options, owner: Uuid, dataset: &str) -> Options 
     }
 }
 
-/// Queues the new job's first task (if it has one) and commits; or, when the insert met the owner's job with
-/// the same dedupe key, drops this request's changes and answers with that job.
+/// Queues the new job's first task (if it has one) and commits; or, when the insert met the
+/// owner's job with the same dedupe key, drops this request's changes and answers with that
+/// job. The owner's live jobs are counted under the owner's lock, which the caller has held
+/// since its transaction began.
 async fn queue_first_task(
     pool: &PgPool,
     mut tx: Transaction<'_, Postgres>,

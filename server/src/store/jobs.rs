@@ -415,11 +415,10 @@ pub struct LiveJobs {
     pub limited: i64,
 }
 
-/// How many jobs `owner` has waiting or running, counted in the caller's transaction after
-/// waiting for any other transaction doing the same for this owner (and holding that place
-/// until the transaction ends): so racing creates and retries cannot all pass a limit.
+/// How many jobs `owner` has waiting or running, counted in the caller's transaction, which
+/// holds the owner's lock ([`hold_owners_jobs`]): so racing creates and retries cannot all
+/// pass a limit.
 pub async fn live_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Result<LiveJobs> {
-    hold_owners_jobs(conn, owner).await?;
     // The live statuses are written into the query, not bound: a generic plan of a bound
     // status list cannot use the partial index of live jobs, and scanned every job the owner
     // ever made, under the lock every create of theirs waits for (`make bench ONLY=small`).
