@@ -139,8 +139,13 @@ async fn fetch(runner: Runner, name: String, lease: Duration, shutdown: Cancella
     let mut backoff = Duration::from_millis(200);
     for start in 0.. {
         let name = format!("{name}-{start}");
+        // No lock step: the fetch marks a message `Queued` under this worker with its time
+        // (`lock_at`), which is all that `store::queue::message_is_live` and apalis's own
+        // re-enqueueing of a dead worker's messages read; marking it `Running` as well cost a
+        // transaction per task.
         let config = Config::default()
             .queue(QUEUE)
+            .lock_tasks(false)
             .batch_size(1)
             .heartbeat_interval(lease)
             .missed_heartbeats(3);
