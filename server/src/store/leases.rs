@@ -112,8 +112,11 @@ pub async fn acquire(
                 "    returning j.id, j.attempts, j.max_failures_per_item, p.previous),
                  run as (insert into job_runs (run, job_id, attempt)
                          select $2, id, attempts from taken),
+                 -- Only when there was a holder: tested once, before any run is read (the
+                 -- open runs' index holds every run ended since the last vacuum).
                  lost as (update job_runs set ended_at = now(), outcome = 'lost', error = $6
-                          where run = (select previous from taken) and ended_at is null)
+                          where run = (select previous from taken) and ended_at is null
+                            and (select previous from taken) is not null)
                  select attempts, max_failures_per_item from taken"
             ))
             .bind(job_id)
@@ -142,8 +145,10 @@ pub async fn acquire(
                        p.previous),
                run as (insert into job_runs (run, job_id, chunk_no, attempt)
                        select $3, job_id, chunk_no, attempts from taken),
+               -- Only when there was a holder, as for a step.
                lost as (update job_runs set ended_at = now(), outcome = 'lost', error = $7
-                        where run = (select previous from taken) and ended_at is null)
+                        where run = (select previous from taken) and ended_at is null
+                          and (select previous from taken) is not null)
                select attempts as "attempts!", max_failures_per_item as "max_failures_per_item!"
                from taken"#,
             job_id,

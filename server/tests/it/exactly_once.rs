@@ -5,8 +5,13 @@
 use crate::support::{
     TestDb, TestServer, WorkerProcess, csv, lease, never_stop, run, stored_rows, worker_args,
 };
+use std::time::Duration;
+
 use app::model::JobStatus;
-use server::jobs::{Engine, chunk, plan};
+use server::{
+    jobs::{Engine, chunk, plan},
+    store::leases::{self, Item},
+};
 
 #[tokio::test]
 async fn a_chunk_processed_twice_counts_once() {
@@ -62,6 +67,38 @@ async fn a_chunk_processed_twice_counts_once() {
         [
             ("stalled".into(), Some("lost".into())),
             ("current".into(), None)
+        ]
+    );
+    // Likewise for the job's own step; a lease taken with no holder before it loses no run.
+    let step = |owner: &'static str| {
+        leases::acquire(&db.pool, Item::Step(job.id), owner, Duration::from_secs(60))
+    };
+    step("step-stalled")
+        .await
+        .unwrap()
+        .expect("the step is free");
+    sqlx::query("update jobs set lease_expires_at = now() - interval '1 second' where id = $1")
+        .bind(job.id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    step("step-current")
+        .await
+        .unwrap()
+        .expect("its lease ran out");
+    let step_runs: Vec<(String, Option<String>)> = sqlx::query_as(
+        "select run, outcome::text from job_runs where job_id = $1 and chunk_no is null \
+         and run like 'step-%' order by id",
+    )
+    .bind(job.id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        step_runs,
+        [
+            ("step-stalled".into(), Some("lost".into())),
+            ("step-current".into(), None)
         ]
     );
     chunk::run(&engine, job.id, 1, run(&stalled)).await.unwrap();
