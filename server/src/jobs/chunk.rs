@@ -28,7 +28,10 @@ use crate::{
         datasets, errors, history,
         jobs::{self, ImportJob},
         notify,
-        states::{self, job::ChunkCounts},
+        states::{
+            self,
+            job::{ChunkCounts, WholePlan},
+        },
         uploads,
     },
     telemetry,
@@ -142,8 +145,7 @@ async fn write(
     parsed: &csv::ChunkRows,
     stop: &CancellationToken,
 ) -> Result<(), TaskError> {
-    let Some(version) = write_rows(&mut tx, job_id, job, keyed, parsed, Counted::Chunk).await?
-    else {
+    let Some(version) = write_rows(&mut tx, job_id, job, keyed, parsed, None).await? else {
         // The job ended while we worked (failed or cancelled): write nothing.
         tx.rollback().await?;
         return Ok(());
@@ -160,30 +162,17 @@ async fn write(
     Ok(())
 }
 
-/// What a chunk's rows are counted as.
-#[derive(Debug, Clone, Copy)]
-pub enum Counted<'a> {
-    /// A chunk of a running job ([`states::job::add_chunk`]).
-    Chunk,
-    /// The one chunk of a plan not sealed yet, which is sealed with it: a small file imported
-    /// at once ([`states::job::add_whole_plan`]).
-    WholePlan {
-        format: &'a RowFormat,
-        item_count: i64,
-    },
-}
-
 /// Writes a done chunk's rows and row errors and adds them to the job's and dataset's counts,
 /// in the caller's transaction; the job's new version, or `None` (and the transaction must be
-/// rolled back) if the job is no longer running (for [`Counted::WholePlan`]: no longer live
-/// and unsealed).
+/// rolled back) if the job is no longer running (with a `whole_plan`: no longer live and
+/// unsealed; see [`states::job::add_chunk`]).
 pub async fn write_rows(
     tx: &mut PgConnection,
     job_id: Uuid,
     job: &ImportJob,
     keyed: bool,
     parsed: &csv::ChunkRows,
-    counted: Counted<'_>,
+    whole_plan: Option<WholePlan<'_>>,
 ) -> sqlx::Result<Option<i64>> {
     let mut counts = ChunkCounts {
         ok: parsed.rows.len() as i64,
@@ -208,13 +197,7 @@ pub async fn write_rows(
         counts.ok
     };
     errors::insert(&mut *tx, job_id, &parsed.errors).await?;
-    let added = match counted {
-        Counted::Chunk => states::job::add_chunk(&mut *tx, job_id, counts).await?,
-        Counted::WholePlan { format, item_count } => {
-            states::job::add_whole_plan(&mut *tx, job_id, format, item_count, counts).await?
-        }
-    };
-    let Some(added) = added else {
+    let Some(added) = states::job::add_chunk(&mut *tx, job_id, counts, whole_plan).await? else {
         return Ok(None);
     };
     if !job.dry_run {

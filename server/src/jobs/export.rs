@@ -162,7 +162,7 @@ pub async fn chunk(
         ok: count,
         ..ChunkCounts::default()
     };
-    let Some(added) = states::job::add_chunk(&mut tx, job_id, counts).await? else {
+    let Some(added) = states::job::add_chunk(&mut tx, job_id, counts, None).await? else {
         tx.rollback().await?;
         return Ok(());
     };

@@ -16,11 +16,7 @@ use uuid::Uuid;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    Engine, TaskError,
-    chunk::{self, Counted},
-    format, pipe, sheet,
-};
+use super::{Engine, TaskError, chunk, format, pipe, sheet};
 use crate::{
     spreadsheet::{
         ChunkSpan, Plan,
@@ -34,7 +30,8 @@ use crate::{
         jobs::{self, ImportJob},
         notify,
         queue::{self, Priority, TaskMsg},
-        states, uploads,
+        states::{self, job::WholePlan},
+        uploads,
     },
     telemetry,
 };
@@ -172,11 +169,11 @@ async fn write_at_once(
     }
     // Started, sealed with its one chunk and counted in one update; then the job ends as after
     // the last chunk of any import (completed, or failed past its row error limit).
-    let counted = Counted::WholePlan {
+    let whole_plan = WholePlan {
         format: &format,
         item_count: plan.row_count,
     };
-    let version = chunk::write_rows(tx, job_id, job, keyed, &parsed, counted).await?;
+    let version = chunk::write_rows(tx, job_id, job, keyed, &parsed, Some(whole_plan)).await?;
     Ok(version.map(|version| (version, parsed)))
 }
 

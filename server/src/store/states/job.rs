@@ -92,23 +92,48 @@ pub struct ChunkAdded {
     pub finish_export: bool,
 }
 
+/// The plan of an import that is one chunk, sealed by [`add_chunk`] as it counts that chunk.
+#[derive(Debug, Clone, Copy)]
+pub struct WholePlan<'a> {
+    pub format: &'a RowFormat,
+    pub item_count: i64,
+}
+
 /// Adds a finished chunk to the counters of a `running` job; then the job is `failed` if its rows
 /// in error passed its limit, or else `completed` if this was the last chunk of a sealed import.
+///
+/// With a `whole_plan`, the chunk is the one chunk of an import not sealed yet (`waiting`, or
+/// `running` unsealed): the same update starts the job and seals its plan, as [`start`],
+/// [`seal`] and the count one after the other would leave it. For a small file imported at once
+/// (`jobs::plan`): each update of a job writes a new row version and, when an indexed column
+/// changes, an entry in most of the table's indexes. Its start is then its transaction's (when
+/// the plan took the job), its end the moment it ends.
 pub async fn add_chunk(
     conn: &mut PgConnection,
     id: Uuid,
     counts: ChunkCounts,
+    whole_plan: Option<WholePlan<'_>>,
 ) -> sqlx::Result<Option<ChunkAdded>> {
     let added = sqlx::query_as!(
         ChunkAdded,
         r#"update jobs set
+             status = $5,
+             started_at = case when status = $7 then now() else started_at end,
+             sealed = sealed or $8,
+             row_format = coalesce($9, row_format),
+             item_count = coalesce($10, item_count),
+             chunks_total = case when $8 then 1 else chunks_total end,
+             attempts = case when $8 then 0 else attempts end,
+             last_error = case when $8 then null else last_error end,
              item_progress = item_progress + $2 + $3,
              rows_ok = rows_ok + $2,
              rows_failed = rows_failed + $3,
              rows_updated = rows_updated + $4,
              chunks_done = chunks_done + 1,
              version = version + 1
-         where id = $1 and status = $5
+         where id = $1
+           and case when $8 then status = any($11) and not sealed and kind = $12
+                    else status = $5 end
          returning version, kind = $6 and sealed and chunks_failed = 0
              and chunks_done = chunks_total as "finish_export!""#,
         id,
@@ -117,68 +142,18 @@ pub async fn add_chunk(
         counts.updated,
         Running as JobStatus,
         JobKind::Export as JobKind,
-    )
-    .fetch_optional(&mut *conn)
-    .await?;
-    match added {
-        Some(added) => Ok(Some(end_after_chunk(conn, id, counts, added).await?)),
-        None => Ok(None),
-    }
-}
-
-/// The plan of an import that is one chunk, sealed with that chunk done and counted, in one
-/// update: `waiting` → `running` (or `running` already, unsealed), as [`start`], [`seal`] and
-/// [`add_chunk`] one after the other would leave it. Then it ends as after [`add_chunk`]. For a
-/// small file imported at once (`jobs::plan`): each update of a job writes a new row version
-/// and, when an indexed column changes, an entry in most of the table's indexes. Its start is
-/// the transaction's (when the plan took the job), its end the moment it ends.
-pub async fn add_whole_plan(
-    conn: &mut PgConnection,
-    id: Uuid,
-    format: &RowFormat,
-    item_count: i64,
-    counts: ChunkCounts,
-) -> sqlx::Result<Option<ChunkAdded>> {
-    let added = sqlx::query_as!(
-        ChunkAdded,
-        r#"update jobs set status = $7,
-             started_at = case when status = $10 then now() else started_at end,
-             sealed = true, row_format = $2, item_count = $3, chunks_total = 1,
-             attempts = 0, last_error = null,
-             item_progress = item_progress + $4 + $5,
-             rows_ok = rows_ok + $4,
-             rows_failed = rows_failed + $5,
-             rows_updated = rows_updated + $6,
-             chunks_done = chunks_done + 1,
-             version = version + 1
-         where id = $1 and status = any($8) and not sealed and kind = $9
-         returning version, false as "finish_export!""#,
-        id,
-        Json(format) as _,
-        item_count,
-        counts.ok,
-        counts.failed,
-        counts.updated,
-        Running as JobStatus,
+        Waiting as JobStatus,
+        whole_plan.is_some(),
+        whole_plan.map(|plan| Json(plan.format)) as _,
+        whole_plan.map(|plan| plan.item_count),
         &LIVE[..] as &[JobStatus],
         JobKind::Import as JobKind,
-        Waiting as JobStatus,
     )
     .fetch_optional(&mut *conn)
     .await?;
-    match added {
-        Some(added) => Ok(Some(end_after_chunk(conn, id, counts, added).await?)),
-        None => Ok(None),
-    }
-}
-
-/// After a chunk was added: `failed` past the row error limit, or the end of its sealed plan.
-async fn end_after_chunk(
-    conn: &mut PgConnection,
-    id: Uuid,
-    counts: ChunkCounts,
-    added: ChunkAdded,
-) -> sqlx::Result<ChunkAdded> {
+    let Some(added) = added else {
+        return Ok(None);
+    };
     let stopped = if counts.failed > 0 {
         stop_over_row_error_limit(conn, id).await?
     } else {
@@ -188,13 +163,13 @@ async fn end_after_chunk(
         Some(version) => Some(version),
         None => end_if_all_chunks_ended(conn, id).await?,
     };
-    Ok(match ended {
+    Ok(Some(match ended {
         Some(version) => ChunkAdded {
             version,
             finish_export: false,
         },
         None => added,
-    })
+    }))
 }
 
 /// Ends a `running` job that is over its row error limit (`failed`), or whose sealed plan's
