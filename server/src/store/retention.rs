@@ -220,16 +220,18 @@ pub async fn prune(
     .await?
     .rows_affected();
 
-    // Files no job refers to: their jobs' items are gone, or no job was ever made; and files
-    // whose sender stopped a day ago (the process receiving them died: a live one shows life
-    // every minute). Last, as deleting one holds its owner's total of stored bytes until this
-    // commits, and every part an upload of theirs stores waits for it (a guest whose last
-    // files go here goes next round).
+    // Files no job refers to, received whole as long ago as items are kept (`alive_at` is
+    // when the last part came in): their jobs' items are gone, or no job was ever made. And
+    // files whose sender stopped a day ago (the process receiving them died: a live one shows
+    // life every minute); a file still arriving is kept however long it takes. Last, as
+    // deleting one holds its owner's total of stored bytes until this commits, and every part
+    // an upload of theirs stores waits for it (a guest whose last files go here goes next
+    // round).
     let uploads = sqlx::query!(
         "delete from uploads where id in (
              select u.id from uploads u
-             where (u.created_at < now() - make_interval(secs => $1)
-                    or (u.receiving and u.alive_at < now() - interval '1 day'))
+             where u.alive_at < now() - case when u.receiving then interval '1 day'
+                                             else make_interval(secs => $1) end
                and not exists (select 1 from jobs j
                    where u.id in (j.upload_id, j.result_upload_id, j.output_upload_id))
              limit $2)",

@@ -266,7 +266,8 @@ where
 /// Stores one part and counts its bytes against the owner, in one (autocommitted) statement,
 /// unless the owner's files would then pass their limit. Parts of the owner's uploads stored at
 /// the same moment may each pass: the limit is overshot by at most a part per upload at once.
-/// With the file's `sha256`, the part is its last and the upload is received.
+/// With the file's `sha256`, the part is its last and the upload is received. An upload that
+/// retention removed meanwhile (its sender was quiet for a day) stores nothing more.
 async fn store_part(
     pool: &PgPool,
     (owner, id): (Uuid, Uuid),
@@ -275,17 +276,22 @@ async fn store_part(
     limits: UploadLimits,
     sha256: Option<&[u8]>,
 ) -> Result<(), UploadError> {
-    let stored = sqlx::query!(
-        "with part as (
+    let outcome = sqlx::query!(
+        "with live as (select from uploads where id = $1 and receiving for key share),
+         part as (
              insert into upload_parts (upload_id, part_no, data)
              select $1, $2, $3::bytea
-             where $5::bigint is null
-                or coalesce((select stored from upload_bytes where owner = $4), 0)
-                   + length($3::bytea) <= $5
+             where exists (select from live)
+               and ($5::bigint is null
+                    or coalesce((select stored from upload_bytes where owner = $4), 0)
+                       + length($3::bytea) <= $5)
+             returning 1),
+         stored as (
+             update uploads set size = size + length($3::bytea), alive_at = now(),
+                 sha256 = coalesce($6, sha256), receiving = $6::bytea is null
+             where id = $1 and receiving and exists (select from part)
              returning 1)
-         update uploads set size = size + length($3::bytea), alive_at = now(),
-             sha256 = coalesce($6, sha256), receiving = $6::bytea is null
-         where id = $1 and receiving and exists (select from part)",
+         select exists (select from live) as \"live!\", exists (select from stored) as \"stored!\"",
         id,
         part_no,
         data,
@@ -293,15 +299,13 @@ async fn store_part(
         limits.stored_bytes,
         sha256,
     )
-    .execute(pool)
+    .fetch_one(pool)
     .await?;
-    if stored.rows_affected() == 0 {
-        return Err(match limits.stored_bytes {
-            Some(limit) => UploadError::StoreFull { limit },
-            None => removed(),
-        });
+    match (outcome.live, outcome.stored, limits.stored_bytes) {
+        (_, true, _) => Ok(()),
+        (true, false, Some(limit)) => Err(UploadError::StoreFull { limit }),
+        _ => Err(removed()),
     }
-    Ok(())
 }
 
 /// The received file with this id, if `sees` covers it (an export's file is not one: see

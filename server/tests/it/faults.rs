@@ -361,11 +361,15 @@ async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
     const ERRORS: &str = "select count(*) from job_errors where job_id = $1";
 
     age(8, old.id).await.unwrap();
-    sqlx::query("update uploads set created_at = now() - interval '8 days' where id = $1")
-        .bind(Uuid::parse_str(stray["id"].as_str().unwrap()).unwrap())
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    sqlx::query(
+        "update uploads set created_at = now() - interval '8 days',
+             alive_at = now() - interval '8 days'
+         where id = $1",
+    )
+    .bind(Uuid::parse_str(stray["id"].as_str().unwrap()).unwrap())
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let pruned = retention::round(&db.pool, kept).await.unwrap();
     assert_eq!((pruned.job_items, pruned.jobs), (1, 0));
     assert_eq!(

@@ -342,6 +342,85 @@ async fn trickling_uploads_hold_no_connection_and_stalled_ones_are_cut_off() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn an_upload_still_arriving_outlives_the_retention_age_and_one_abandoned_does_not() {
+    use server::jobs::maintenance::retention::{self, Kept};
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let kept = Kept {
+        items: Duration::from_secs(3_600),
+        jobs: Duration::from_secs(86_400),
+    };
+    let stop = CancellationToken::new();
+    let slow = trickle(
+        server.client.clone(),
+        server.url("/api/uploads"),
+        stop.clone(),
+    );
+    until("the slow upload has begun", || async {
+        receiving(&db).await == 1
+    })
+    .await;
+    // Begun longer ago than files are kept, and sending still.
+    sqlx::query("update uploads set created_at = now() - interval '2 hours'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let pruned = retention::round(&db.pool, kept).await.unwrap();
+    assert_eq!(pruned.uploads, 0, "a file still arriving is kept");
+    stop.cancel();
+    let answer = slow.await.unwrap();
+    assert_eq!(answer.status(), StatusCode::CREATED);
+    let id: Value = answer.json().await.unwrap();
+    let pruned = retention::round(&db.pool, kept).await.unwrap();
+    assert_eq!(
+        pruned.uploads, 0,
+        "received just now: kept as long as any file"
+    );
+    let preview = server
+        .client
+        .get(server.url(&format!(
+            "/api/uploads/{}/preview",
+            id["id"].as_str().unwrap()
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preview.status(), StatusCode::OK);
+
+    // One whose sender went quiet a day ago goes, however young the file.
+    let stop = CancellationToken::new();
+    let abandoned = trickle(
+        server.client.clone(),
+        server.url("/api/uploads"),
+        stop.clone(),
+    );
+    until("the abandoned upload has begun", || async {
+        receiving(&db).await == 1
+    })
+    .await;
+    sqlx::query("update uploads set alive_at = now() - interval '25 hours' where receiving")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let pruned = retention::round(&db.pool, kept).await.unwrap();
+    assert_eq!(pruned.uploads, 1);
+    assert_eq!(receiving(&db).await, 0);
+    stop.cancel();
+    let answer = abandoned.await.unwrap();
+    assert_eq!(
+        answer.status(),
+        StatusCode::BAD_REQUEST,
+        "its last part finds it gone"
+    );
+    let uploads: i64 = sqlx::query_scalar("select count(*) from uploads")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(uploads, 1, "only the slow one, received whole");
+    server.stop().await;
+}
+
 /// Reads what the server sends until it closes the connection (failing the test if it has not
 /// within a minute).
 async fn until_closed(stream: &mut tokio::net::TcpStream) -> String {
