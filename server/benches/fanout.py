@@ -93,7 +93,8 @@ def one_run(args, csv_path, watchers, run):
         watching = subprocess.Popen(
             [args.watchers_bin, "--url", f"http://127.0.0.1:{args.port}",
              "--token", AUTH["authorization"].split(" ", 1)[1], "--job", job["id"],
-             "--watchers", str(watchers), "--db-url", args.db_url],
+             "--watchers", str(watchers), "--db-url", args.db_url]
+            + (["--timeline"] if args.timeline else []),
             stdout=subprocess.PIPE, text=True)
         worker = None
         try:
@@ -146,6 +147,8 @@ def main():
     parser.add_argument("--port", type=int, default=3401)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--watchers", default="500,2000,10000")
+    parser.add_argument("--timeline", action="store_true",
+                        help="print when each version reached the watchers (stderr)")
     args = parser.parse_args()
 
     # A descriptor per stream, in the server and in the watchers (who inherit this limit).
