@@ -91,6 +91,8 @@ struct Stream {
     read_at: Instant,
     /// The current event's `id:`.
     version: Option<i64>,
+    /// The body's last chunk came: what it held before is still read.
+    last_chunk: bool,
 }
 
 impl Stream {
@@ -106,6 +108,7 @@ impl Stream {
             body: Vec::with_capacity(4096),
             read_at: Instant::now(),
             version: None,
+            last_chunk: false,
         };
         loop {
             stream.fill().await?;
@@ -170,6 +173,7 @@ impl Stream {
             let before = self.body.len();
             self.dechunk()?;
             if self.body.len() == before {
+                anyhow::ensure!(!self.last_chunk, "the server ended the stream");
                 self.fill().await?;
             }
         }
@@ -177,7 +181,7 @@ impl Stream {
 
     /// Moves what has been read of the body into `body`, chunk framing removed.
     fn dechunk(&mut self) -> anyhow::Result<()> {
-        while self.start < self.read.len() {
+        while self.start < self.read.len() && !self.last_chunk {
             if self.chunk_left > 0 {
                 let take = self.chunk_left.min(self.read.len() - self.start);
                 self.body
@@ -195,7 +199,7 @@ impl Stream {
             let skipped = self.read.len() - self.start - rest.len();
             match httparse::parse_chunk_size(rest) {
                 Ok(httparse::Status::Complete((length, size))) => {
-                    anyhow::ensure!(size > 0, "the server ended the stream");
+                    self.last_chunk = size == 0;
                     self.start += skipped + length;
                     self.chunk_left = usize::try_from(size)?;
                 }
@@ -332,7 +336,17 @@ async fn main() -> anyhow::Result<()> {
             next = streams.join_next() => match next {
                 None => break,
                 Some(Ok(Ok(seen))) => results.push(seen),
-                Some(_) => failed += 1,
+                Some(Ok(Err(err))) => {
+                    // The run has failed: the others are let go rather than wait for it.
+                    eprintln!("a stream failed: {err:#}");
+                    failed += 1;
+                    all_ended.cancel();
+                }
+                Some(Err(err)) => {
+                    eprintln!("a stream's task failed: {err}");
+                    failed += 1;
+                    all_ended.cancel();
+                }
             },
         }
     }

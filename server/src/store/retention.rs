@@ -227,14 +227,19 @@ pub async fn prune(
     // deleting one holds its owner's total of stored bytes until this commits, and every part
     // an upload of theirs stores waits for it (a guest whose last files go here goes next
     // round).
+    // The age is tested again on the row deleted: a part stored while this waited for its
+    // lock has made the upload young again (the subquery is not run again after the wait).
     let uploads = sqlx::query!(
-        "delete from uploads where id in (
+        "delete from uploads d
+         where d.id in (
              select u.id from uploads u
              where u.alive_at < now() - case when u.receiving then interval '1 day'
                                              else make_interval(secs => $1) end
                and not exists (select 1 from jobs j
                    where u.id in (j.upload_id, j.result_upload_id, j.output_upload_id))
-             limit $2)",
+             limit $2)
+           and d.alive_at < now() - case when d.receiving then interval '1 day'
+                                         else make_interval(secs => $1) end",
         items_age.as_secs_f64(),
         BATCH / 100,
     )

@@ -361,11 +361,15 @@ async fn an_upload_still_arriving_outlives_the_retention_age_and_one_abandoned_d
         receiving(&db).await == 1
     })
     .await;
-    // Begun longer ago than files are kept, and sending still.
-    sqlx::query("update uploads set created_at = now() - interval '2 hours'")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    // Begun longer ago than files are kept, its last part as long ago (under a day: it is
+    // still sending).
+    sqlx::query(
+        "update uploads set created_at = now() - interval '2 hours',
+             alive_at = now() - interval '2 hours'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let pruned = retention::round(&db.pool, kept).await.unwrap();
     assert_eq!(pruned.uploads, 0, "a file still arriving is kept");
     stop.cancel();
