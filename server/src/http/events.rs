@@ -90,9 +90,8 @@ fn stream(
     let sees = caller.sees();
     let open = telemetry::SseClient::open();
     let events = feed::follow(state.pool.clone(), &state.views, scope, sees, last_version)
-        .map(move |job| {
+        .inspect(move |_| {
             let _held = (&slot, &open);
-            job.event.clone()
         })
         .take_until(state.shutdown.clone().cancelled_owned())
         .take_until(Box::pin(identity::revoked(

@@ -1,19 +1,15 @@
 //! A server-sent event response whose events are made already ([`Shown::event`]): each stream
 //! sends the bytes every stream shares, with no allocation of its own, where axum's `Sse`
 //! formats each event again per stream (a buffer grown three times, the version printed) and
-//! resets its keep-alive timer after every event. In a profile of the server under ten
-//! thousand streams of one job (perf, `make bench ONLY=fanout`, 2026-11-27), glibc's malloc
-//! and free took about a fifth of its samples; the kernel's `writev` is now the largest part
-//! of a push, about 8 of its 19–20 µs (docs/architecture.md, "Known gaps").
+//! resets a keep-alive timer of its own after every event (ours is one tick for the process:
+//! `progress::views`). In a profile of the server under ten thousand streams of one job (perf,
+//! `make bench ONLY=fanout`, 2026-11-27), glibc's malloc and free took about a fifth of its
+//! samples; the kernel's `writev` is now the largest part of a push (docs/architecture.md,
+//! "Known gaps").
 //!
 //! [`Shown::event`]: crate::progress::views::Shown
 
-use std::{
-    convert::Infallible,
-    pin::Pin,
-    task::{Context, Poll, ready},
-    time::Duration,
-};
+use std::convert::Infallible;
 
 use axum::{
     body::Body,
@@ -25,18 +21,15 @@ use axum::{
 };
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use tokio::time::{Instant, Interval, MissedTickBehavior};
 
-/// How often an idle stream sends a comment, so that proxies and browsers keep it open.
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
+use crate::progress::feed::Push;
 
-/// The comment sent to keep a stream open.
+/// The comment that keeps an idle stream open.
 const COMMENT: &[u8] = b":\n\n";
 
-/// A `text/event-stream` response of `events` (each a whole event, its blank line included),
-/// with a comment every [`KEEP_ALIVE`]; it ends when `events` does.
-pub fn response(events: impl Stream<Item = Bytes> + Send + 'static) -> Response {
-    let body = Body::from_stream(kept_alive(events, KEEP_ALIVE));
+/// A `text/event-stream` response of `pushes`; it ends when they do.
+pub fn response(pushes: impl Stream<Item = Push> + Send + 'static) -> Response {
+    let body = Body::from_stream(pushes.map(|push| Ok::<_, Infallible>(bytes(push))));
     (
         [
             (CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),
@@ -47,51 +40,36 @@ pub fn response(events: impl Stream<Item = Bytes> + Send + 'static) -> Response 
         .into_response()
 }
 
-fn kept_alive(events: impl Stream<Item = Bytes> + Send + 'static, every: Duration) -> KeptAlive {
-    let mut keep_alive = tokio::time::interval_at(Instant::now() + every, every);
-    keep_alive.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    KeptAlive {
-        events: Box::pin(events),
-        keep_alive,
-    }
-}
-
-/// `events`, and a comment whenever the keep-alive ticks. The tick runs on its own: an event
-/// does not reset it (a comment between events costs three bytes; a reset per event cost a
-/// timer update per stream per push).
-struct KeptAlive {
-    events: Pin<Box<dyn Stream<Item = Bytes> + Send>>,
-    keep_alive: Interval,
-}
-
-impl Stream for KeptAlive {
-    type Item = Result<Bytes, Infallible>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if let Poll::Ready(event) = self.events.poll_next_unpin(cx) {
-            return Poll::Ready(event.map(Ok));
-        }
-        ready!(self.keep_alive.poll_tick(cx));
-        Poll::Ready(Some(Ok(Bytes::from_static(COMMENT))))
+/// What a push puts on the wire: the state's event (shared by every stream), or a comment.
+fn bytes(push: Push) -> Bytes {
+    match push {
+        Push::Job(shown) => shown.event.clone(),
+        Push::KeepAlive => Bytes::from_static(COMMENT),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::progress::views::Shown;
 
     #[tokio::test]
-    async fn an_idle_stream_sends_comments_and_ends_with_its_events() {
-        let every = Duration::from_millis(20);
-        let event = Bytes::from_static(b"event: job\ndata: {}\n\n");
-        let events = futures::stream::iter([event.clone()]).chain(futures::stream::pending());
-        let mut kept = kept_alive(events, every);
-        assert_eq!(kept.next().await.unwrap().unwrap(), event);
-        assert_eq!(kept.next().await.unwrap().unwrap(), COMMENT);
-        assert_eq!(kept.next().await.unwrap().unwrap(), COMMENT);
-
-        let mut ended = kept_alive(futures::stream::iter([event.clone()]), every);
-        assert_eq!(ended.next().await.unwrap().unwrap(), event);
-        assert!(ended.next().await.is_none());
+    async fn a_state_goes_as_its_event_a_keep_alive_as_a_comment_and_the_body_ends_with_them() {
+        let view: app::model::JobView = serde_json::from_value(serde_json::json!({
+            "id": uuid::Uuid::nil(), "jobType": "import", "status": "running",
+            "itemCount": null, "itemProgress": 0, "rowsOk": 0, "rowsFailed": 0,
+            "rowsUpdated": 0, "chunksTotal": 0, "chunksDone": 0, "version": 7, "error": null,
+            "filename": null, "dataset": null, "format": null, "resultUrl": null,
+            "createdAt": "2026-11-27T00:00:00Z", "startedAt": null, "finishedAt": null,
+            "elapsedSeconds": null, "owner": uuid::Uuid::nil(), "ownerEmail": null
+        }))
+        .unwrap();
+        let shown = Arc::new(Shown::new(view));
+        let pushes = [Push::Job(shown.clone()), Push::KeepAlive];
+        let body = response(futures::stream::iter(pushes)).into_body();
+        let sent = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        assert_eq!(sent, [&shown.event[..], COMMENT].concat());
     }
 }

@@ -11,7 +11,10 @@
 //! change; sending each view in turn made the streams fall further behind with every change).
 //! A client that stops reading leaves views in the channel until it lags, then reads the
 //! latest state. What a stream keeps is its place in that channel, the versions it sent and,
-//! until it has sent them, the newest states it took.
+//! until it has sent them, the newest states it took. At the reader's keep-alive tick, a stream
+//! that sent no state since the tick before sends a comment ([`Push::KeepAlive`]), so an idle
+//! stream sends something at least every two ticks: also while its own reads fail (it still
+//! takes the ticks between tries), and after it lagged (the views it missed count as a tick).
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -60,6 +63,15 @@ impl Scope {
     }
 }
 
+/// What a stream sends next.
+#[derive(Debug, Clone)]
+pub enum Push {
+    /// A job's state.
+    Job(Arc<Shown>),
+    /// Nothing was sent since the last keep-alive tick: a comment, to keep the stream open.
+    KeepAlive,
+}
+
 /// Job states for `scope`, of the jobs `sees` covers, starting after `last_version` (the SSE
 /// `Last-Event-ID`) when given.
 pub fn follow(
@@ -68,7 +80,7 @@ pub fn follow(
     scope: Scope,
     sees: Sees,
     last_version: Option<i64>,
-) -> impl Stream<Item = Arc<Shown>> + use<> {
+) -> impl Stream<Item = Push> + use<> {
     follow_seen(pool, views.subscribe(), scope, sees, last_version)
 }
 
@@ -80,7 +92,7 @@ pub fn follow_seen(
     scope: Scope,
     sees: Sees,
     last_version: Option<i64>,
-) -> impl Stream<Item = Arc<Shown>> + use<> {
+) -> impl Stream<Item = Push> + use<> {
     let mut sent = HashMap::new();
     if let (Scope::One(id), Some(version)) = (scope, last_version) {
         sent.insert(id, version);
@@ -93,6 +105,8 @@ pub fn follow_seen(
         sent,
         pending: Pending::default(),
         must_read: true,
+        sent_since_tick: false,
+        comment_due: false,
     };
     futures::stream::unfold(feed, |mut feed| async move {
         let next = feed.next().await?;
@@ -112,17 +126,26 @@ struct Feed {
     pending: Pending,
     /// It must read what it shows for itself: at first, and after missing views.
     must_read: bool,
+    /// It sent a state since the last keep-alive tick.
+    sent_since_tick: bool,
+    /// It sent nothing between the last two ticks: a comment goes next, unless a state does.
+    comment_due: bool,
 }
 
 impl Feed {
-    /// The next state to send; `None` once the shared reader is gone.
-    async fn next(&mut self) -> Option<Arc<Shown>> {
+    /// What to send next; `None` once the shared reader is gone.
+    async fn next(&mut self) -> Option<Push> {
         loop {
             if let Some(shown) = self.pending.pop() {
                 if self.is_new(&shown) {
-                    return Some(shown);
+                    self.sent_since_tick = true;
+                    self.comment_due = false;
+                    return Some(Push::Job(shown));
                 }
                 continue;
+            }
+            if std::mem::take(&mut self.comment_due) {
+                return Some(Push::KeepAlive);
             }
             if self.must_read {
                 // Boxed: the read's state lives only while it runs, not in every idle stream.
@@ -137,25 +160,33 @@ impl Feed {
                         // Try again shortly: the job may never change again to wake us.
                         tracing::warn!("live feed cannot read jobs, retrying: {err}");
                         tokio::time::sleep(RETRY).await;
+                        // Meanwhile the keep-alive ticks still count (and newer states go).
+                        if self.take_waiting() {
+                            return None;
+                        }
                     }
                 }
                 continue;
             }
             let first = self.seen.recv().await;
-            if self.take(first) {
+            // And whatever else is waiting, so that only the newest of each job is sent.
+            if self.take(first) || self.take_waiting() {
                 return None;
             }
-            // And whatever else is waiting, so that only the newest of each job is sent.
-            loop {
-                let next = match self.seen.try_recv() {
-                    Ok(seen) => Ok(seen),
-                    Err(TryRecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
-                    Err(TryRecvError::Closed) => Err(RecvError::Closed),
-                    Err(TryRecvError::Empty) => break,
-                };
-                if self.take(next) {
-                    return None;
-                }
+        }
+    }
+
+    /// Takes whatever the channel holds now; `true` once it is closed.
+    fn take_waiting(&mut self) -> bool {
+        loop {
+            let next = match self.seen.try_recv() {
+                Ok(seen) => Ok(seen),
+                Err(TryRecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
+                Err(TryRecvError::Closed) => Err(RecvError::Closed),
+                Err(TryRecvError::Empty) => return false,
+            };
+            if self.take(next) {
+                return true;
             }
         }
     }
@@ -169,11 +200,22 @@ impl Feed {
                 self.pending.push(shown);
             }
             Ok(Seen::Job(_)) => {}
+            Ok(Seen::KeepAlive) => self.tick(),
             // What it holds still goes first: the list's read finds only the newest jobs.
-            Ok(Seen::Resync) | Err(RecvError::Lagged(_)) => self.must_read = true,
+            Ok(Seen::Resync) => self.must_read = true,
+            // The views it missed may have held a tick: taken as one.
+            Err(RecvError::Lagged(_)) => {
+                self.must_read = true;
+                self.tick();
+            }
             Err(RecvError::Closed) => return true,
         }
         false
+    }
+
+    /// A keep-alive tick: a comment is due if nothing was sent since the last one.
+    fn tick(&mut self) {
+        self.comment_due = !std::mem::take(&mut self.sent_since_tick);
     }
 
     /// Whether `shown` is newer than what was sent of its job (noting it as sent if so).

@@ -15,7 +15,7 @@ use server::{
     auth::Sees,
     progress::{
         Change, Views,
-        feed::{self, Scope},
+        feed::{self, Push, Scope},
         views::{Seen, Shown},
     },
     store::notify::JobChanged,
@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 use crate::support::{PATIENCE, TestDb, TestServer, csv};
 
-type Feed = Pin<Box<dyn Stream<Item = Arc<Shown>> + Send>>;
+type Feed = Pin<Box<dyn Stream<Item = Push> + Send>>;
 
 /// A feed over `seen`, for an admin (who sees every job).
 fn follow(db: &TestDb, seen: broadcast::Receiver<Seen>, scope: Scope) -> Feed {
@@ -39,11 +39,25 @@ fn follow(db: &TestDb, seen: broadcast::Receiver<Seen>, scope: Scope) -> Feed {
     ))
 }
 
-async fn next(feed: &mut Feed) -> JobView {
-    let shown = tokio::time::timeout(PATIENCE, feed.next())
+/// What the feed sends next.
+async fn push(feed: &mut Feed) -> Push {
+    tokio::time::timeout(PATIENCE, feed.next())
         .await
-        .expect("a state in time")
-        .expect("the feed stays open");
+        .expect("a push in time")
+        .expect("the feed stays open")
+}
+
+/// Whether the feed sends nothing for a while.
+async fn quiet(feed: &mut Feed) -> bool {
+    tokio::time::timeout(std::time::Duration::from_millis(100), feed.next())
+        .await
+        .is_err()
+}
+
+async fn next(feed: &mut Feed) -> JobView {
+    let Push::Job(shown) = push(feed).await else {
+        panic!("a state, not a keep-alive");
+    };
     assert_eq!(
         serde_json::from_slice::<JobView>(&shown.json).unwrap(),
         shown.view,
@@ -150,6 +164,46 @@ async fn a_stream_behind_its_channel_sends_only_the_newest_state_of_each_job() {
 }
 
 #[tokio::test]
+async fn a_stream_that_sent_nothing_between_two_ticks_sends_a_comment() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let a = server.import("a.csv", csv(3), "a").await;
+    let (seen, receiver) = broadcast::channel(16);
+    let mut feed = follow(&db, receiver, Scope::One(a.id));
+    assert_eq!(next(&mut feed).await.version, a.version);
+
+    // It sent a state since the last tick (there was none): no comment yet.
+    seen.send(Seen::KeepAlive).unwrap();
+    assert!(quiet(&mut feed).await, "no comment after a state");
+    // Then nothing until the next tick, and the next: a comment at each.
+    for _ in 0..2 {
+        seen.send(Seen::KeepAlive).unwrap();
+        assert!(matches!(push(&mut feed).await, Push::KeepAlive));
+    }
+    // A state between two ticks: it was not idle, so no comment.
+    send_at(&seen, &a, a.version + 1);
+    assert_eq!(next(&mut feed).await.version, a.version + 1);
+    seen.send(Seen::KeepAlive).unwrap();
+    assert!(quiet(&mut feed).await, "no comment after a state");
+    // A state taken with the tick that follows an idle spell goes instead of the comment.
+    seen.send(Seen::KeepAlive).unwrap();
+    send_at(&seen, &a, a.version + 2);
+    assert_eq!(next(&mut feed).await.version, a.version + 2);
+    assert!(quiet(&mut feed).await, "the state kept it alive");
+
+    // The views a stream lagged behind may have held a tick: the lag counts as one (it sent
+    // a state before, so no comment), and the next tick finds it idle since.
+    let (seen, receiver) = broadcast::channel(2);
+    let mut feed = follow(&db, receiver, Scope::One(a.id));
+    let now = next(&mut feed).await;
+    overflow(&seen, &now);
+    assert!(quiet(&mut feed).await, "its read found nothing newer");
+    seen.send(Seen::KeepAlive).unwrap();
+    assert!(matches!(push(&mut feed).await, Push::KeepAlive));
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn a_resync_reads_the_list_again_and_finds_what_no_view_told() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
@@ -183,7 +237,13 @@ async fn one_read_per_burst_of_changes_whatever_the_number_of_streams() {
     let a = server.import("a.csv", csv(3), "a").await;
     let b = server.import("b.csv", csv(3), "b").await;
     let (changes, receiver) = broadcast::channel(16);
-    let views = Views::start_with(db.pool.clone(), receiver, CancellationToken::new());
+    let views = Views::start_with(
+        db.pool.clone(),
+        receiver,
+        // No tick while the test runs: the stranger must be sent nothing at all.
+        std::time::Duration::from_secs(3_600),
+        CancellationToken::new(),
+    );
     let mut feeds: Vec<Feed> = (0..50)
         .map(|_| {
             Box::pin(feed::follow(
