@@ -342,6 +342,28 @@ async fn trickling_uploads_hold_no_connection_and_stalled_ones_are_cut_off() {
     server.stop().await;
 }
 
+/// A [`trickle`] begun while no other upload is being received, once it has begun; what stops
+/// it, and its answer.
+async fn trickle_one(
+    server: &TestServer,
+    db: &TestDb,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<reqwest::Response>,
+) {
+    let stop = CancellationToken::new();
+    let answer = trickle(
+        server.client.clone(),
+        server.url("/api/uploads"),
+        stop.clone(),
+    );
+    until("the upload has begun", || async {
+        receiving(db).await == 1
+    })
+    .await;
+    (stop, answer)
+}
+
 #[tokio::test]
 async fn an_upload_still_arriving_outlives_the_retention_age_and_one_abandoned_does_not() {
     use server::jobs::maintenance::retention::{self, Kept};
@@ -351,16 +373,7 @@ async fn an_upload_still_arriving_outlives_the_retention_age_and_one_abandoned_d
         items: Duration::from_secs(3_600),
         jobs: Duration::from_secs(86_400),
     };
-    let stop = CancellationToken::new();
-    let slow = trickle(
-        server.client.clone(),
-        server.url("/api/uploads"),
-        stop.clone(),
-    );
-    until("the slow upload has begun", || async {
-        receiving(&db).await == 1
-    })
-    .await;
+    let (stop, slow) = trickle_one(&server, &db).await;
     // Begun longer ago than files are kept, its last part as long ago (under a day: it is
     // still sending).
     sqlx::query(
@@ -393,16 +406,7 @@ async fn an_upload_still_arriving_outlives_the_retention_age_and_one_abandoned_d
     assert_eq!(preview.status(), StatusCode::OK);
 
     // One whose sender went quiet a day ago goes, however young the file.
-    let stop = CancellationToken::new();
-    let abandoned = trickle(
-        server.client.clone(),
-        server.url("/api/uploads"),
-        stop.clone(),
-    );
-    until("the abandoned upload has begun", || async {
-        receiving(&db).await == 1
-    })
-    .await;
+    let (stop, abandoned) = trickle_one(&server, &db).await;
     sqlx::query("update uploads set alive_at = now() - interval '25 hours' where receiving")
         .execute(&db.pool)
         .await
