@@ -161,7 +161,15 @@ pub async fn import(
         dry_run,
         fixes,
     };
-    let inserted = jobs::insert(&mut tx, owner, Some(dataset_id), kind, &options).await?;
+    let inserted = jobs::insert(&mut tx, owner, Some(dataset_id), kind, &options)
+        .await
+        .map_err(|err| match err {
+            // Retention removed the file (unused for as long as files are kept) just now.
+            sqlx::Error::Database(db) if db.constraint() == Some("jobs_upload_id_fkey") => {
+                CreateError::UploadNotFound(upload_id)
+            }
+            err => err.into(),
+        })?;
     let plan = |job_id| Some(TaskMsg::Plan { job_id });
     queue_first_task(pool, tx, owner, &options, inserted, plan).await
 }

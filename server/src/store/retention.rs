@@ -227,21 +227,30 @@ pub async fn prune(
     // deleting one holds its owner's total of stored bytes until this commits, and every part
     // an upload of theirs stores waits for it (a guest whose last files go here goes next
     // round).
-    // The age is tested again on the row deleted: a part stored while this waited for its
-    // lock has made the upload young again (the subquery is not run again after the wait).
-    let uploads = sqlx::query!(
-        "delete from uploads d
-         where d.id in (
-             select u.id from uploads u
-             where u.alive_at < now() - case when u.receiving then interval '1 day'
-                                             else make_interval(secs => $1) end
-               and not exists (select 1 from jobs j
-                   where u.id in (j.upload_id, j.result_upload_id, j.output_upload_id))
-             limit $2)
-           and d.alive_at < now() - case when d.receiving then interval '1 day'
-                                         else make_interval(secs => $1) end",
+    // Held first, passing over any file a transaction still holds: a job being made names it
+    // (its foreign key's check holds the row until it commits), or a part is being stored
+    // (which makes it young). Then deleted, unless a job names it after all: that statement
+    // sees every job committed before it, and a job made after it waits for this round and
+    // then finds the file gone.
+    let held: Vec<Uuid> = sqlx::query_scalar!(
+        "select u.id from uploads u
+         where u.alive_at < now() - case when u.receiving then interval '1 day'
+                                         else make_interval(secs => $1) end
+           and not exists (select 1 from jobs j
+               where u.id in (j.upload_id, j.result_upload_id, j.output_upload_id))
+         limit $2
+         for update skip locked",
         items_age.as_secs_f64(),
         BATCH / 100,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let uploads = sqlx::query!(
+        "delete from uploads d
+         where d.id = any($1)
+           and not exists (select 1 from jobs j
+               where d.id in (j.upload_id, j.result_upload_id, j.output_upload_id))",
+        &held,
     )
     .execute(&mut *conn)
     .await?

@@ -429,6 +429,100 @@ async fn an_upload_still_arriving_outlives_the_retention_age_and_one_abandoned_d
     server.stop().await;
 }
 
+#[tokio::test]
+async fn retention_passes_over_an_old_file_that_a_job_being_made_names() {
+    use server::jobs::maintenance::retention::{self, Kept};
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let kept = Kept {
+        items: Duration::from_secs(3_600),
+        jobs: Duration::from_secs(86_400),
+    };
+    let named = server.upload("named.csv", csv(2)).await;
+    let named: Uuid = named["id"].as_str().unwrap().parse().unwrap();
+    server.upload("unnamed.csv", csv(2)).await;
+    sqlx::query("update uploads set alive_at = now() - interval '2 hours'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // A job naming the first file, its transaction still open while the round runs.
+    let mut making = db.pool.begin().await.unwrap();
+    sqlx::query(
+        "with dataset as (
+             insert into datasets (id, owner, name, state)
+             select gen_random_uuid(), owner, 'named', 'provisional' from uploads where id = $1
+             returning id, owner)
+         insert into jobs (id, kind, owner, upload_id, dataset_id, source_filename)
+         select gen_random_uuid(), 'import', owner, $1, id, 'named.csv' from dataset",
+    )
+    .bind(named)
+    .execute(&mut *making)
+    .await
+    .unwrap();
+    let round = tokio::time::timeout(Duration::from_secs(60), retention::round(&db.pool, kept));
+    let pruned = round
+        .await
+        .expect("the round waited for the job being made")
+        .unwrap();
+    assert_eq!(pruned.uploads, 1, "only the file no job names");
+    making.commit().await.unwrap();
+    let pruned = retention::round(&db.pool, kept).await.unwrap();
+    assert_eq!(pruned.uploads, 0, "a job names it");
+    let left: Vec<Uuid> = sqlx::query_scalar("select id from uploads")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, [named]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_job_made_as_retention_removes_its_file_is_told_the_file_is_gone() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let upload = server.upload("old.csv", csv(2)).await;
+    let id: Uuid = upload["id"].as_str().unwrap().parse().unwrap();
+    // Held as a retention round holds a file it is about to delete.
+    let mut retention = db.pool.begin().await.unwrap();
+    sqlx::query("select from uploads where id = $1 for update")
+        .bind(id)
+        .execute(&mut *retention)
+        .await
+        .unwrap();
+    let request = json!({ "jobType": "import", "fileGuid": id, "dataset": "old" });
+    let create = tokio::spawn(
+        server
+            .client
+            .post(server.url("/api/jobs"))
+            .json(&request)
+            .send(),
+    );
+    until_one(
+        &db,
+        "the job's insert to wait for the file",
+        "select count(*) from pg_stat_activity where datname = current_database()
+         and wait_event_type = 'Lock' and query like 'insert into jobs%'",
+    )
+    .await;
+    sqlx::query("delete from uploads where id = $1")
+        .bind(id)
+        .execute(&mut *retention)
+        .await
+        .unwrap();
+    retention.commit().await.unwrap();
+    let answer = create.await.unwrap().unwrap();
+    // As for any id that names no upload of theirs.
+    assert_eq!(answer.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = answer.json().await.unwrap();
+    assert!(body.to_string().contains(&id.to_string()), "{body}");
+    let jobs: i64 = sqlx::query_scalar("select count(*) from jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 0);
+    server.stop().await;
+}
+
 /// Reads what the server sends until it closes the connection (failing the test if it has not
 /// within a minute).
 async fn until_closed(stream: &mut tokio::net::TcpStream) -> String {
