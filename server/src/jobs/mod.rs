@@ -50,12 +50,22 @@ use crate::{
     store::{leases::Lease, notify, states},
 };
 
-/// A chunk's run: the lease it holds (its commit checks it) and the signal to stop at the
-/// next safe point (lease lost, job cancelled, process stopping).
+/// A run of a work item: the lease it holds (a chunk's commit checks it) and the signal to
+/// stop at the next safe point (lease lost, job cancelled, process stopping).
 #[derive(Clone, Copy)]
 pub struct Run<'a> {
     pub lease: &'a Lease,
     pub stop: &'a CancellationToken,
+}
+
+/// How a task that did not fail left its run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Done {
+    /// Its lease is still held: the worker gives it back and records the run's end.
+    LeaseHeld,
+    /// The transaction that committed its work also gave the lease back and ended the run (a
+    /// small file imported at once): a small job saves the worker's two transactions after it.
+    RunEnded,
 }
 
 /// What every task needs.

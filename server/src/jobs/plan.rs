@@ -1,7 +1,7 @@
 //! The plan task: read the upload once, streaming, and turn it into chunks. A workbook's sheet
 //! is imported as it streams out of the converter instead ([`super::sheet`]), and a CSV file
-//! small enough to be one chunk is imported by the plan itself, in one transaction
-//! ([`import_at_once`]).
+//! small enough to be one chunk is imported by the plan itself, in one transaction that also
+//! gives the plan's lease back and ends its run ([`import_at_once`]).
 //!
 //! The scan runs on a blocking thread and pulls the upload's parts through a small channel, so
 //! memory stays flat however large the file. Everything the plan decides is written in one
@@ -10,13 +10,14 @@
 
 use std::io;
 
+use app::history::RunOutcome;
 use futures::TryStreamExt;
 use sqlx::{PgConnection, Postgres, Transaction};
 use uuid::Uuid;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Engine, TaskError, chunk, format, pipe, sheet};
+use super::{Done, Engine, Run, TaskError, chunk, format, pipe, sheet};
 use crate::{
     spreadsheet::{
         ChunkSpan, Plan,
@@ -26,9 +27,9 @@ use crate::{
     },
     store::{
         chunks::{self, Recorded},
-        datasets,
+        datasets, history,
         jobs::{self, ImportJob},
-        notify,
+        leases, notify,
         queue::{self, Priority, TaskMsg},
         states::{self, job::WholePlan},
         uploads,
@@ -36,14 +37,16 @@ use crate::{
     telemetry,
 };
 
-pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Result<(), TaskError> {
+/// Plans (or imports at once) an import job, under `run`'s lease of the job's step.
+pub async fn run(engine: &Engine, job_id: Uuid, run: Run<'_>) -> Result<Done, TaskError> {
+    let stop = run.stop;
     let mut tx = engine.pool.begin().await?;
     let Some(job) = jobs::lock_import_job(&mut tx, job_id).await? else {
-        return Ok(());
+        return Ok(Done::LeaseHeld);
     };
     if !job.is_live() {
         // Finished or cancelled before it started.
-        return Ok(());
+        return Ok(Done::LeaseHeld);
     }
     if job.sealed {
         // Planned already: its chunks were queued with the plan (a retried job, started again
@@ -55,7 +58,7 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
             notify::job_changed(&mut tx, job_id, version).await?;
         }
         tx.commit().await?;
-        return Ok(());
+        return Ok(Done::LeaseHeld);
     }
     // Read under the job's lock: a small file of one chunk is imported in this transaction,
     // which also starts the job, so a small job's whole run is one transaction.
@@ -64,10 +67,12 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
         start(&mut tx, job_id).await?;
         tx.commit().await?;
         if workbook::Kind::of(&head).is_some() {
-            return sheet::run(engine, job_id, &job, stop).await;
+            sheet::run(engine, job_id, &job, stop).await?;
+        } else {
+            let plan = scan_upload(engine, job.upload_id, job.reading(), stop).await?;
+            seal(engine, job_id, plan).await?;
         }
-        let plan = scan_upload(engine, job.upload_id, job.reading(), stop).await?;
-        return seal(engine, job_id, plan).await;
+        return Ok(Done::LeaseHeld);
     }
     // The whole file: scanned from memory, and imported at once if it is one chunk. (A file
     // refused here fails while still `waiting`: it never started.)
@@ -77,7 +82,7 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
             .await?;
     let plan = plan.map_err(scan_failed)?;
     if let [span] = plan.chunks[..] {
-        match import_at_once(tx, job_id, &job, &plan, span, file, stop).await {
+        match import_at_once(tx, job_id, &job, &plan, span, file, run).await {
             // A fault of ours (a full disk, say): the chunk runs as its own task instead,
             // with its own attempts, and is listed as a failed part if they all fail.
             Err(TaskError::Retry(cause)) => {
@@ -87,12 +92,13 @@ pub async fn run(engine: &Engine, job_id: Uuid, stop: &CancellationToken) -> Res
         }
         tx = engine.pool.begin().await?;
         if jobs::lock_import_job(&mut tx, job_id).await?.is_none() {
-            return Ok(());
+            return Ok(Done::LeaseHeld);
         }
     }
     start(&mut tx, job_id).await?;
     tx.commit().await?;
-    seal(engine, job_id, plan).await
+    seal(engine, job_id, plan).await?;
+    Ok(Done::LeaseHeld)
 }
 
 /// `waiting` → `running`, announced; nothing if it runs already.
@@ -111,7 +117,9 @@ const SMALL_FILE: u64 = uploads::PART_BYTES as u64;
 
 /// Imports a file of one chunk in `tx`, which holds the job's lock: its format, its chunk
 /// recorded done with its rows, the job started, sealed and counted in one update, and its end,
-/// with one notification. Rolled back on an error, before the caller goes on.
+/// with one notification; and the plan's lease given back and its run ended, so that the
+/// worker need not (`make bench ONLY=small`). Rolled back on an error, before the caller goes
+/// on.
 async fn import_at_once(
     mut tx: Transaction<'_, Postgres>,
     job_id: Uuid,
@@ -119,26 +127,31 @@ async fn import_at_once(
     plan: &Plan,
     span: ChunkSpan,
     file: Vec<u8>,
-    stop: &CancellationToken,
-) -> Result<(), TaskError> {
+    run: Run<'_>,
+) -> Result<Done, TaskError> {
     let (version, parsed) = match write_at_once(&mut tx, job_id, job, plan, span, file).await {
         Ok(Some(written)) => written,
         // The job is locked, live and not sealed: nothing can have moved it.
-        Ok(None) => return Ok(tx.rollback().await?),
+        Ok(None) => {
+            tx.rollback().await?;
+            return Ok(Done::LeaseHeld);
+        }
         Err(err) => {
             tx.rollback().await?;
             return Err(err);
         }
     };
     notify::job_changed(&mut tx, job_id, version).await?;
-    if stop.is_cancelled() {
+    leases::release(&mut *tx, run.lease).await?;
+    history::end_run(&mut *tx, &run.lease.owner, RunOutcome::Ok, None).await?;
+    if run.stop.is_cancelled() {
         tx.rollback().await?;
         return Err(TaskError::Stopped);
     }
     tx.commit().await?;
     telemetry::rows_imported(parsed.rows.len() as i64, parsed.errors.len() as i64);
     tracing::info!(%job_id, rows = plan.row_count, "job imported at once");
-    Ok(())
+    Ok(Done::RunEnded)
 }
 
 /// Writes the one chunk's rows and ends the job, as [`import_at_once`] says: the job's new

@@ -30,7 +30,7 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::{Engine, Run, TaskError, chunk, deletion, export, maintenance, plan};
+use super::{Done, Engine, Run, TaskError, chunk, deletion, export, maintenance, plan};
 use crate::{
     config::WorkerArgs,
     incident,
@@ -264,9 +264,30 @@ impl Runner {
             .and_then(|result| result);
         heartbeat.abort();
         let took = started.elapsed();
-        let released = || leases::release(pool, &lease);
+        let (outcome, recorded) = match ended {
+            // Its work's transaction gave the lease back and ended the run.
+            Ok(Done::RunEnded) => (RunOutcome::Ok, Ok(())),
+            ended => self.end(&lease, &task, ended, &stop).await,
+        };
+        telemetry::task_ran(task.kind(), outcome, took);
+        if let Err(err) = recorded {
+            // The lease runs out and `maintenance::lease_rescue` frees the item.
+            tracing::warn!(?task, "could not record the end of a run: {err}");
+        }
+    }
+
+    /// Gives the lease back, or records the failed attempt, and ends the run with how it went.
+    async fn end(
+        &self,
+        lease: &Lease,
+        task: &TaskMsg,
+        ended: Result<Done, TaskError>,
+        stop: &CancellationToken,
+    ) -> (RunOutcome, sqlx::Result<()>) {
+        let pool = &self.engine.pool;
+        let released = || leases::release(pool, lease);
         let (outcome, recorded, error) = match ended {
-            Ok(()) => (RunOutcome::Ok, released().await, None),
+            Ok(_) => (RunOutcome::Ok, released().await, None),
             Err(TaskError::Stopped) => (RunOutcome::Stopped, released().await, None),
             // Whatever a run told to stop says, it was the stop: the attempt does not count.
             Err(_) if stop.is_cancelled() => (RunOutcome::Stopped, released().await, None),
@@ -276,23 +297,18 @@ impl Runner {
                     // Not recorded: an attempt like any other failure, so the refusal comes
                     // again after the backoff.
                     Err(err) => {
-                        let (recorded, error) =
-                            self.record_failure(&lease, &task, &err.into()).await;
+                        let (recorded, error) = self.record_failure(lease, task, &err.into()).await;
                         (RunOutcome::Retry, recorded, error)
                     }
                 }
             }
             Err(err @ TaskError::Retry(_)) => {
-                let (recorded, error) = self.record_failure(&lease, &task, &err).await;
+                let (recorded, error) = self.record_failure(lease, task, &err).await;
                 (RunOutcome::Retry, recorded, error)
             }
         };
-        telemetry::task_ran(task.kind(), outcome, took);
         let history = history::end_run(pool, &lease.owner, outcome, error.as_deref());
-        if let Err(err) = recorded.and(history.await) {
-            // The lease runs out and `maintenance::lease_rescue` frees the item.
-            tracing::warn!(?task, "could not record the end of a run: {err}");
-        }
+        (outcome, recorded.and(history.await))
     }
 
     /// Frees the item after a backoff, or, out of attempts, fails the chunk (or the job, for
@@ -343,13 +359,13 @@ async fn execute(
     task: TaskMsg,
     lease: Lease,
     stop: CancellationToken,
-) -> Result<(), TaskError> {
+) -> Result<Done, TaskError> {
     let run = Run {
         lease: &lease,
         stop: &stop,
     };
-    match task {
-        TaskMsg::Plan { job_id } => plan::run(&engine, job_id, &stop).await,
+    let held = match task {
+        TaskMsg::Plan { job_id } => return plan::run(&engine, job_id, run).await,
         TaskMsg::Chunk { job_id, chunk_no } => chunk::run(&engine, job_id, chunk_no, run).await,
         TaskMsg::ExportPlan { job_id } => export::plan(&engine, job_id).await,
         TaskMsg::ExportChunk { job_id, chunk_no } => {
@@ -357,7 +373,8 @@ async fn execute(
         }
         TaskMsg::ExportFinish { job_id } => export::finish(&engine, job_id).await,
         TaskMsg::DeleteRows { job_id } => deletion::run(&engine, job_id, &stop).await,
-    }
+    };
+    held.map(|()| Done::LeaseHeld)
 }
 
 /// Renews the lease every heartbeat; cancels `stop` when it is lost or the job is no longer

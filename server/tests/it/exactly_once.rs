@@ -3,13 +3,13 @@
 //! leaves a job that still completes with exact counts and no duplicate rows.
 
 use crate::support::{
-    TestDb, TestServer, WorkerProcess, csv, lease, never_stop, run, stored_rows, worker_args,
+    TestDb, TestServer, WorkerProcess, csv, lease, plan_job, run, stored_rows, worker_args,
 };
 use std::time::Duration;
 
 use app::model::JobStatus;
 use server::{
-    jobs::{Engine, chunk, plan},
+    jobs::{Engine, chunk},
     store::leases::{self, Item},
 };
 
@@ -20,8 +20,8 @@ async fn a_chunk_processed_twice_counts_once() {
     let job = server.import("twice.csv", csv(1000), "twice").await;
     let engine = Engine::new(db.pool.clone(), &worker_args(100)).unwrap();
 
-    plan::run(&engine, job.id, never_stop()).await.unwrap();
-    plan::run(&engine, job.id, never_stop()).await.unwrap(); // a re-delivered plan is a no-op
+    plan_job(&engine, job.id).await.unwrap();
+    plan_job(&engine, job.id).await.unwrap(); // a re-delivered plan is a no-op
     let planned = server.job(job.id).await;
     assert_eq!(
         (planned.status, planned.chunks_total, planned.item_count),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use server::{
-    jobs::{Engine, plan},
+    jobs::Engine,
     store::{
         history,
         leases::{self, Item},
@@ -19,7 +19,7 @@ use server::{
 };
 
 use crate::support::{
-    TestDb, TestServer, WorkerProcess, account, csv, json_of, lease, never_stop, until_one,
+    TestDb, TestServer, WorkerProcess, account, csv, json_of, lease, plan_job, until_one,
     worker_args,
 };
 
@@ -125,7 +125,7 @@ async fn a_run_giving_its_lease_back_as_another_takes_it_over_is_not_called_lost
     // Two chunks, so the plan queues them (a file of one chunk it imports itself).
     let job = server.import("race.csv", csv(150), "race").await;
     let engine = Engine::new(db.pool.clone(), &worker_args(100)).unwrap();
-    plan::run(&engine, job.id, never_stop()).await.unwrap();
+    plan_job(&engine, job.id).await.unwrap();
     let held = lease(&db, job.id, 0, "slow").await.unwrap();
     sqlx::query(
         "update job_chunks set lease_expires_at = now() - interval '1 second' where job_id = $1",

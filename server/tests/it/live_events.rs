@@ -1,8 +1,8 @@
 //! Server-sent events: the seed's three states in order, and `Last-Event-ID` on reconnect.
 
-use crate::support::{TestDb, TestServer, csv, never_stop, worker_args};
+use crate::support::{TestDb, TestServer, csv, plan_job, worker_args};
 use app::model::JobStatus;
-use server::jobs::{Engine, plan};
+use server::jobs::Engine;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
@@ -19,7 +19,7 @@ async fn events_go_waiting_then_running_then_completed() {
     // Plan the job by hand: it is then running, and stays so until chunks run, so the running
     // state is certain to be pushed (a whole fast import could fit in one coalescing window).
     let engine = Engine::new(db.pool.clone(), &worker_args(200)).unwrap();
-    plan::run(&engine, job.id, never_stop()).await.unwrap();
+    plan_job(&engine, job.id).await.unwrap();
     // The start and the sealed plan commit apart: a reader may see the running job before its
     // rows are counted.
     let mut rest = events.until(|job| job.item_count.is_some()).await;

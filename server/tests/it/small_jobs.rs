@@ -39,6 +39,17 @@ async fn a_file_of_one_chunk_is_imported_by_its_plan_in_one_task() {
     assert_eq!((done.rows_ok, done.item_count), (40, Some(40)));
     assert_eq!((done.chunks_done, done.chunks_total), (1, 1));
     assert_eq!(tasks_of(&db, job.id).await, ["plan"]);
+    // The import's transaction also gave the plan's lease back and ended its run: the run
+    // ended when the job started (both are that transaction's `now()`).
+    let run: (bool, bool, String) = sqlx::query_as(
+        "select j.lease_owner is null, r.ended_at = j.started_at, r.outcome::text
+         from jobs j join job_runs r on r.job_id = j.id where j.id = $1",
+    )
+    .bind(job.id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(run, (true, true, "ok".to_owned()));
     let rows: Vec<String> = server
         .get_json::<serde_json::Value>("/api/datasets/small/rows?limit=2")
         .await["rows"]

@@ -15,7 +15,7 @@
 use std::{os::unix::fs::PermissionsExt, path::PathBuf};
 
 use crate::support::{
-    TestDb, TestServer, WorkerProcess, completed_exactly, dataset_rows, never_stop, stored_rows,
+    TestDb, TestServer, WorkerProcess, completed_exactly, dataset_rows, plan_job, stored_rows,
     until, until_one, worker_args,
 };
 use app::model::{JobStatus, JobView};
@@ -24,7 +24,7 @@ use rust_xlsxwriter::Workbook;
 use serde_json::json;
 use server::{
     config::WorkerArgs,
-    jobs::{Engine, TaskError, plan},
+    jobs::{Engine, TaskError},
     spreadsheet::ChunkSpan,
     store::chunks::{self, Recorded},
 };
@@ -348,7 +348,7 @@ async fn a_converter_that_dies_mid_row_leaves_its_last_chunk_unwritten() {
     let (engine, script) = engine_converting_with(&db, &format!("{CUT_SHORT}\nexit 1"), 2);
 
     // Refused: the worker running the plan fails the job with the reason.
-    let refused = plan::run(&engine, job.id, never_stop()).await;
+    let refused = plan_job(&engine, job.id).await;
     assert!(
         matches!(&refused, Err(TaskError::Refused(refusal)) if refusal.reason.contains("could not be read")),
         "{refused:?}"
@@ -368,7 +368,7 @@ async fn a_converter_stopped_by_sigterm_is_retried_not_failed() {
         .await;
     let (engine, script) = engine_converting_with(&db, &format!("{CUT_SHORT}\nkill -TERM $$"), 2);
 
-    let run = plan::run(&engine, job.id, never_stop()).await;
+    let run = plan_job(&engine, job.id).await;
     assert!(
         matches!(run, Err(TaskError::Retry(_))),
         "a stopped converter is an error of the run, to try again: {run:?}"
@@ -379,7 +379,7 @@ async fn a_converter_stopped_by_sigterm_is_retried_not_failed() {
 
     // The next run (here with the real converter) finishes the job, skipping the chunk written.
     let engine = Engine::new(db.pool.clone(), &worker_args(2)).unwrap();
-    plan::run(&engine, job.id, never_stop()).await.unwrap();
+    plan_job(&engine, job.id).await.unwrap();
     let done = server.job(job.id).await;
     assert_eq!(
         (done.status, done.rows_ok),
@@ -408,7 +408,7 @@ async fn a_chunk_cut_differently_by_an_earlier_run_fails_the_job_instead_of_misc
     .unwrap();
 
     let engine = Engine::new(db.pool.clone(), &worker_args(CHUNK_ROWS)).unwrap();
-    let refused = plan::run(&engine, job.id, never_stop()).await;
+    let refused = plan_job(&engine, job.id).await;
     assert!(
         matches!(&refused, Err(TaskError::Refused(refusal)) if refusal.reason.contains("cut differently")),
         "{refused:?}"

@@ -16,7 +16,7 @@ use reqwest::{Client, StatusCode, multipart};
 use serde_json::{Value, json};
 use server::{
     config::{CallbackArgs, ServeArgs, WorkerArgs},
-    jobs::Run,
+    jobs::{Done, Engine, Run, TaskError, plan},
     store::leases::{self, Item, Lease},
 };
 use sha2::{Digest, Sha256};
@@ -313,6 +313,26 @@ pub fn run(lease: &Lease) -> Run<'_> {
         lease,
         stop: never_stop(),
     }
+}
+
+/// Runs a job's plan as a worker would: under the lease of the job's step, given back after
+/// unless the plan's own transaction did (a small file imported at once).
+pub async fn plan_job(engine: &Engine, job_id: Uuid) -> Result<Done, TaskError> {
+    let owner = format!("test/{}", Uuid::new_v4().simple());
+    let lease = leases::acquire(
+        &engine.pool,
+        Item::Step(job_id),
+        &owner,
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap()
+    .expect("the plan is due and nobody holds its lease");
+    let done = plan::run(engine, job_id, run(&lease)).await;
+    if !matches!(done, Ok(Done::RunEnded)) {
+        leases::release(&engine.pool, &lease).await.unwrap();
+    }
+    done
 }
 
 /// Takes a chunk's lease for a minute, as a worker would before running it.
