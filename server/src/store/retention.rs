@@ -227,6 +227,7 @@ pub async fn prune(
     // deleting one holds its owner's total of stored bytes until this commits, and every part
     // an upload of theirs stores waits for it (a guest whose last files go here goes next
     // round).
+    // Each test of a file is three probes of the indexes of jobs by file (migration 31).
     // Held first, passing over any file a transaction still holds: a job being made names it
     // (its foreign key's check holds the row until it commits), or a part is being stored
     // (which makes it young). Then deleted, unless a job names it after all: that statement
@@ -236,8 +237,9 @@ pub async fn prune(
         "select u.id from uploads u
          where u.alive_at < now() - case when u.receiving then interval '1 day'
                                          else make_interval(secs => $1) end
-           and not exists (select 1 from jobs j
-               where u.id in (j.upload_id, j.result_upload_id, j.output_upload_id))
+           and not exists (select from jobs j where j.upload_id = u.id)
+           and not exists (select from jobs j where j.result_upload_id = u.id)
+           and not exists (select from jobs j where j.output_upload_id = u.id)
          limit $2
          for update skip locked",
         items_age.as_secs_f64(),
@@ -248,8 +250,9 @@ pub async fn prune(
     let uploads = sqlx::query!(
         "delete from uploads d
          where d.id = any($1)
-           and not exists (select 1 from jobs j
-               where d.id in (j.upload_id, j.result_upload_id, j.output_upload_id))",
+           and not exists (select from jobs j where j.upload_id = d.id)
+           and not exists (select from jobs j where j.result_upload_id = d.id)
+           and not exists (select from jobs j where j.output_upload_id = d.id)",
         &held,
     )
     .execute(&mut *conn)
