@@ -92,13 +92,12 @@ pub async fn claim(
                                    and i.lease_expires_at is null and i.run_after <= now())
                end
            and ",
-        first_in_line!("$2", "$3"),
+        first_in_line!(),
         "
-         order by j.seq limit $4"
+         order by j.seq limit $3"
     ))
     .bind(types)
     .bind(JobStatus::Waiting)
-    .bind(LIVE)
     .bind(JOBS_PER_CLAIM)
     .fetch_all(&mut *tx)
     .await?;
