@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use sqlx::PgConnection;
+use sqlx::{PgConnection, Postgres, Transaction};
 
 use uuid::Uuid;
 
@@ -43,11 +43,14 @@ impl Pruned {
     }
 }
 
+/// One round, in the caller's transaction: the row locks its statements take (claimed items,
+/// held files) must last until the statements after them have deleted what they hold.
 pub async fn prune(
-    conn: &mut PgConnection,
+    tx: &mut Transaction<'_, Postgres>,
     items_age: Duration,
     jobs_age: Duration,
 ) -> sqlx::Result<Pruned> {
+    let conn: &mut PgConnection = tx;
     // Claimed first, under row locks re-checked against the age: a retry committing meanwhile
     // (which clears `finished_at`) keeps its job's items, and a retry coming after finds the
     // items gone and is refused. Jobs of no registered type by the deployment's age; those of

@@ -315,8 +315,10 @@ pub fn run(lease: &Lease) -> Run<'_> {
     }
 }
 
-/// Runs a job's plan as a worker would: under the lease of the job's step, given back after
-/// unless the plan's own transaction did (a small file imported at once).
+/// Runs a job's plan under the lease of the job's step, as a worker takes it, and gives the
+/// lease back after unless the plan's own transaction did (a small file imported at once).
+/// Unlike a worker it records no failed attempt and leaves open a run the plan did not end:
+/// the test reads what the plan itself did.
 pub async fn plan_job(engine: &Engine, job_id: Uuid) -> Result<Done, TaskError> {
     let owner = format!("test/{}", Uuid::new_v4().simple());
     let lease = leases::acquire(
