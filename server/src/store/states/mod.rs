@@ -4,8 +4,9 @@
 //! are only created in one: a batch `running`, a streamed chunk `done`), and none names one in
 //! its text: queries bind these enums (PostgreSQL enum types of the same
 //! names), so a misspelt state is an error rather than a query that quietly matches nothing.
-//! (The exception: claims, `store::assignments`, write the live statuses and `pending` out,
-//! so that every plan can use the partial indexes those name.)
+//! (The exceptions: claims, `store::assignments`, write the live statuses and `pending` out,
+//! and `store::leases` its serialize-key test and a lease's live statuses, so that every plan
+//! can use the partial indexes those name; as do a few reads, such as `jobs::live_jobs`.)
 //!
 //! A job ([`JobStatus`], transitions in [`job`]):
 //!
