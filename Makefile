@@ -98,7 +98,7 @@ e2e: tools
 # XLSX_ROWS=… (default 200,000) change the file sizes, ONLY=csv|export|xlsx|kill|hostile|preview|delete|items|reads|small|topology|fanout|admin|xml
 # runs one part. The small part runs 10,000 imports of 100 rows (JOBS=…) and another owner's one. The export part times CSV export (created -> downloaded) against `\copy … to`, then XLSX export against it. The reads part loads GET /api/jobs/{id} against /healthz. The items part runs 100,000 no-op items of a job type through 4 external workers. The
 # topology part runs imports through two servers with 1, then 3 worker processes. The fanout part
-# has WATCHERS=… (default 500,2000,10000) browsers follow one running import's events. The admin part seeds JOBS=… (default 10,000,000) jobs and times the job list. The xml part (last; no database, no server) times our XLSX XML tokenizer against
+# has WATCHERS=… (default 500,2000,10000) browsers follow one running import's events. The admin part seeds JOBS=… (default 10,000,000) jobs and times the job list, then a retention round over them. The xml part (last; no database, no server) times our XLSX XML tokenizer against
 # quick-xml, each reading a workbook made like the XLSX part's (spreadsheet::xlsx::measure).
 XML_BENCH := cargo test --release -p server --lib spreadsheet::xlsx::measure -- --ignored --nocapture
 
@@ -117,8 +117,10 @@ bench: $(if $(filter xml,$(ONLY)),,tools)
 	  --server "$(CURDIR)/target/release/server" \
 	  --imports-bin "$(CURDIR)/target/release/examples/small_imports" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)"; fi
-	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = admin ]; then python3 server/benches/console.py \
+	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = admin ]; then \
+	  cargo build --release -p server --example retention_round && python3 server/benches/console.py \
 	  --server "$(CURDIR)/target/release/server" \
+	  --retention-bin "$(CURDIR)/target/release/examples/retention_round" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --pg-log "$(BENCH_PG_DIR)/log" \
 	  --dir "$(CURDIR)/target/bench" \
 	  $(if $(JOBS),--jobs $(JOBS)); fi

@@ -21,6 +21,9 @@ transactions of the whole process during it and the reads made for the streams (
 `/metrics`: the shared reader's, and the streams' own) are printed. The goal: the streams'
 reads do not grow with the viewers.
 
+Last, with the server stopped, one retention round over the seeded jobs that deletes 100
+files no job uses (`server/examples/retention_round.rs`; `--retention-bin`), timed.
+
 `--seeded` skips the seed and uses the jobs already in the database (a developer re-running
 the timings; `make bench` always starts from a fresh database).
 
@@ -35,6 +38,7 @@ import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -245,6 +249,29 @@ def stream_cost(args, server, path, rows, streams):
             "views_per_s": reads["views"] / seconds, "stream_reads": reads["stream"]}
 
 
+RETENTION_FILES = 100
+
+
+def retention(args):
+    """One retention round over the seeded jobs, with `RETENTION_FILES` files no job uses old
+    enough to go (a round's batch of them), timed by `examples/retention_round.rs` with the
+    server stopped. Jobs and their items are kept 400 days, so only the files go."""
+    psql(args.db_url, "-c", f"""
+        insert into uploads (id, owner, filename, size, receiving, alive_at)
+        select gen_random_uuid(), (select id from bench_owners where oi = 0), 'old.csv', 1,
+               false, now() - interval '500 days'
+        from generate_series(1, {RETENTION_FILES});""")
+    done = subprocess.run([args.retention_bin, "--db-url", args.db_url, "--items-days", "400",
+                           "--jobs-days", "400"], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"the retention round failed: {done.stderr.strip()}")
+    round_ = json.loads(done.stdout)
+    if round_["uploads"] != RETENTION_FILES:
+        sys.exit(f"the retention round deleted {round_['uploads']} files, not {RETENTION_FILES}")
+    print(f"  a retention round over {args.jobs:,} jobs, deleting {RETENTION_FILES} files no job "
+          f"uses: {round_['seconds'] * 1000:.0f} ms")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True, help="the release server binary")
@@ -256,6 +283,8 @@ def main():
     parser.add_argument("--dir", default="target/bench", help="where the import file goes")
     parser.add_argument("--stream-rows", type=int, default=1_000_000)
     parser.add_argument("--seeded", action="store_true", help="use the jobs already seeded")
+    parser.add_argument("--retention-bin",
+                        help="the release retention_round example: times a retention round last")
     args = parser.parse_args()
 
     # Signing in starts a server first, which migrates the database.
@@ -332,6 +361,8 @@ def main():
                   f"{cost['stream_reads']:.0f} by streams for themselves", flush=True)
         grew = costs[100]["views_per_s"] / max(costs[0]["views_per_s"], 0.01)
         print(f"    shared reads per second with 101 streams / with 1: {grew:.2f} (goal: about 1)")
+    if args.retention_bin:
+        retention(args)
     if missed:
         with open(args.pg_log, errors="replace") as log:
             log.seek(log_from)
