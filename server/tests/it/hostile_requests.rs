@@ -364,18 +364,15 @@ async fn trickle_one(
     (stop, answer)
 }
 
-/// Files no job uses, and finished jobs' items, kept an hour; summaries a day.
-const KEPT_AN_HOUR: server::jobs::maintenance::retention::Kept =
-    server::jobs::maintenance::retention::Kept {
+#[tokio::test]
+async fn an_upload_still_arriving_outlives_the_retention_age_and_one_abandoned_does_not() {
+    use server::jobs::maintenance::retention::{self, Kept};
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let kept = Kept {
         items: Duration::from_secs(3_600),
         jobs: Duration::from_secs(86_400),
     };
-
-#[tokio::test]
-async fn an_upload_still_arriving_outlives_the_retention_age_and_one_abandoned_does_not() {
-    use server::jobs::maintenance::retention;
-    let db = TestDb::new().await;
-    let server = TestServer::start(&db, None).await;
     let (stop, slow) = trickle_one(&server, &db).await;
     // Begun longer ago than files are kept, its last part as long ago (under a day: it is
     // still sending).
@@ -386,13 +383,13 @@ async fn an_upload_still_arriving_outlives_the_retention_age_and_one_abandoned_d
     .execute(&db.pool)
     .await
     .unwrap();
-    let pruned = retention::round(&db.pool, KEPT_AN_HOUR).await.unwrap();
+    let pruned = retention::round(&db.pool, kept).await.unwrap();
     assert_eq!(pruned.uploads, 0, "a file still arriving is kept");
     stop.cancel();
     let answer = slow.await.unwrap();
     assert_eq!(answer.status(), StatusCode::CREATED);
     let id: Value = answer.json().await.unwrap();
-    let pruned = retention::round(&db.pool, KEPT_AN_HOUR).await.unwrap();
+    let pruned = retention::round(&db.pool, kept).await.unwrap();
     assert_eq!(
         pruned.uploads, 0,
         "received just now: kept as long as any file"
@@ -414,7 +411,7 @@ async fn an_upload_still_arriving_outlives_the_retention_age_and_one_abandoned_d
         .execute(&db.pool)
         .await
         .unwrap();
-    let pruned = retention::round(&db.pool, KEPT_AN_HOUR).await.unwrap();
+    let pruned = retention::round(&db.pool, kept).await.unwrap();
     assert_eq!(pruned.uploads, 1);
     assert_eq!(receiving(&db).await, 0);
     stop.cancel();
@@ -434,9 +431,13 @@ async fn an_upload_still_arriving_outlives_the_retention_age_and_one_abandoned_d
 
 #[tokio::test]
 async fn retention_passes_over_an_old_file_that_a_job_being_made_names() {
-    use server::jobs::maintenance::retention;
+    use server::jobs::maintenance::retention::{self, Kept};
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
+    let kept = Kept {
+        items: Duration::from_secs(3_600),
+        jobs: Duration::from_secs(86_400),
+    };
     let named = server.upload("named.csv", csv(2)).await;
     let named: Uuid = named["id"].as_str().unwrap().parse().unwrap();
     server.upload("unnamed.csv", csv(2)).await;
@@ -458,17 +459,14 @@ async fn retention_passes_over_an_old_file_that_a_job_being_made_names() {
     .execute(&mut *making)
     .await
     .unwrap();
-    let round = tokio::time::timeout(
-        Duration::from_secs(60),
-        retention::round(&db.pool, KEPT_AN_HOUR),
-    );
+    let round = tokio::time::timeout(Duration::from_secs(60), retention::round(&db.pool, kept));
     let pruned = round
         .await
         .expect("the round waited for the job being made")
         .unwrap();
     assert_eq!(pruned.uploads, 1, "only the file no job names");
     making.commit().await.unwrap();
-    let pruned = retention::round(&db.pool, KEPT_AN_HOUR).await.unwrap();
+    let pruned = retention::round(&db.pool, kept).await.unwrap();
     assert_eq!(pruned.uploads, 0, "a job names it");
     let left: Vec<Uuid> = sqlx::query_scalar("select id from uploads")
         .fetch_all(&db.pool)
