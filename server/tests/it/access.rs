@@ -6,7 +6,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::support::{Events, TestDb, TestServer, account, file_form, json_of, worker_args};
+use crate::support::{
+    Events, TestDb, TestServer, account, cookieless, file_form, json_of, worker_args,
+};
 use app::{auth::Role, model::JobView};
 use reqwest::{Client, Response, StatusCode};
 use serde_json::{Value, json};
@@ -128,7 +130,7 @@ impl World {
             server.signed_in("admin@example.com").await,
             guest,
             // No cookie jar: every request comes from a new visitor.
-            Client::new(),
+            cookieless(),
         ];
         let job_type = "access.walk".to_owned();
         let registered = clients[3]
@@ -220,7 +222,7 @@ impl World {
         let body = json!({ "items": [{ "payload": { "n": 2 } }] });
         let added = self.a().post(url).json(&body).send().await.unwrap();
         assert_eq!(added.status(), StatusCode::OK);
-        let claim = Client::new()
+        let claim = cookieless()
             .post(self.url("/api/workers/walker/claims"))
             .bearer_auth(token)
             .json(&json!({}));
@@ -231,7 +233,7 @@ impl World {
     /// Sends the probe of one API route with a worker token: worker routes answer, every other
     /// route refuses it (only the health probes, which look at no credentials, answer anyone).
     async fn probe_as_worker(&self, method: &str, path: &str, token: &str) -> (u16, String) {
-        let client = Client::new();
+        let client = cookieless();
         let (url, body) = match path {
             "/api/workers/{worker}/claims" => {
                 // A's item, with its marker: workers of a type read its items' payloads.
@@ -758,7 +760,7 @@ async fn every_route_answers_each_role_as_it_should() {
 
     for path in page_paths().iter().chain(&rpc_paths()) {
         let path = path.replace("{id}", &world.import.id.to_string());
-        let answer = Client::new()
+        let answer = cookieless()
             .get(world.url(&path))
             .bearer_auth(&token)
             .send()

@@ -9,8 +9,8 @@ use std::{
 };
 
 use crate::support::{
-    Events, TestDb, TestServer, account, admin_url, csv, file_form, json_of, migrate_before,
-    password_of, worker_args,
+    Events, TestDb, TestServer, account, admin_url, cookieless, csv, file_form, json_of,
+    migrate_before, password_of, patient_client, worker_args,
 };
 use app::{
     auth::Role,
@@ -41,7 +41,7 @@ async fn me(server: &TestServer, client: &Client) -> Value {
 async fn cookies_the_server_never_issued_are_replaced_and_sign_in_rotates_sessions() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let plain = Client::new();
+    let plain = cookieless();
 
     // A made-up session id (well-formed or not) is nobody, and the answer removes it.
     for forged in ["0b6e1c1e-3f5d-4f5e-9a3e-5d1f4b2c7a10", &"A".repeat(43)] {
@@ -247,7 +247,7 @@ async fn an_api_token_runs_upload_create_and_follow_without_a_cookie_until_revok
     );
 
     // A script: no cookie jar, a token, and even a foreign Origin (tokens are not browsers).
-    let script = Client::new();
+    let script = cookieless();
     let bearer = format!("Bearer {secret}");
     let form = file_form("nightly.csv", csv(20));
     let upload: Value = json_of(
@@ -334,7 +334,7 @@ async fn required_mode_admits_only_accounts_and_sign_up_can_be_switched_off() {
     };
     let server = TestServer::start_with_args(&db, serve_args(required)).await;
     let visitor = TestServer::new_client();
-    let no_redirects = Client::builder()
+    let no_redirects = patient_client()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
@@ -627,7 +627,7 @@ async fn owners_from_before_accounts_claim_their_things_with_their_old_cookie() 
 
     let server = TestServer::start(&db, None).await;
     let open = |cookie: String| {
-        let request = Client::new()
+        let request = cookieless()
             .get(server.url("/api/datasets/old"))
             .header("cookie", cookie)
             .send();
@@ -667,7 +667,7 @@ async fn owners_from_before_accounts_claim_their_things_with_their_old_cookie() 
         ..AuthArgs::default()
     };
     let server = TestServer::start_with_args(&db, serve_args(https)).await;
-    let response = Client::new()
+    let response = cookieless()
         .get(server.url("/api/datasets/older"))
         .header("cookie", format!("conveyor_session={secure}"))
         .send()
@@ -703,7 +703,7 @@ async fn a_visitor_becomes_a_guest_only_for_a_request_that_can_succeed() {
             .await
             .unwrap()
     };
-    let visitor = Client::new();
+    let visitor = cookieless();
     for body in [
         json!({ "jobType": "import", "fileGuid": uuid::Uuid::new_v4(), "dataset": "x" }),
         json!({ "jobType": "import", "fileGuid": uuid::Uuid::new_v4(), "dataset": "a b" }),

@@ -3,9 +3,9 @@
 //! (a Content-Security-Policy whose nonce is the one on the page's scripts), and hostile names
 //! escaped in server-rendered pages.
 
-use crate::support::{TestDb, TestServer, csv, file_form, worker_args};
+use crate::support::{TestDb, TestServer, cookieless, csv, file_form, worker_args};
 use app::model::JobStatus;
-use reqwest::{Client, StatusCode};
+use reqwest::StatusCode;
 use serde_json::json;
 
 #[tokio::test]
@@ -96,7 +96,7 @@ async fn cross_site_writes_are_refused_and_same_site_ones_pass() {
 async fn a_host_we_do_not_serve_is_refused() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let client = Client::new();
+    let client = cookieless();
     for host in [
         "attacker.example",
         "attacker.example:3000",
@@ -127,7 +127,7 @@ async fn a_host_we_do_not_serve_is_refused() {
 async fn every_response_carries_the_security_headers_and_pages_a_nonce_policy() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let client = Client::new();
+    let client = cookieless();
 
     let page = client.get(server.url("/jobs")).send().await.unwrap();
     let headers = page.headers().clone();

@@ -3,8 +3,7 @@
 //! `request_id` (the caller's when it is fit to log, else one of ours, echoed in
 //! `x-request-id`), and every line a task run writes carries its `job_id` and `task`.
 
-use crate::support::{TestDb, WorkerProcess, csv, file_form, install_trigger, until};
-use reqwest::Client;
+use crate::support::{TestDb, TestServer, WorkerProcess, csv, file_form, install_trigger, until};
 use serde_json::{Value, json};
 
 /// The process's complete log lines so far, each parsed (every one must be JSON).
@@ -46,7 +45,7 @@ async fn json_logs_carry_the_request_id_and_the_task_being_run() {
         std::future::ready(!base.is_empty())
     })
     .await;
-    let client = Client::builder().cookie_store(true).build().unwrap();
+    let client = TestServer::new_client();
 
     // The caller's id is kept and echoed; a hostile one is replaced by ours.
     let upload = client

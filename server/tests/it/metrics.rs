@@ -4,10 +4,10 @@
 //! pools and the queue.
 
 use app::{auth::Role, model::JobStatus};
-use reqwest::{Client, StatusCode, header::HOST};
+use reqwest::{StatusCode, header::HOST};
 use server::config::{MetricsArgs, ServeArgs};
 
-use crate::support::{TestDb, TestServer, account, csv, until, worker_args};
+use crate::support::{TestDb, TestServer, account, cookieless, csv, until, worker_args};
 
 const TOKEN: &str = "scrape-secret-for-tests";
 
@@ -101,7 +101,7 @@ async fn metrics_report_an_import_to_admins_the_token_and_the_metrics_address() 
     assert!(!text.contains("/no/such/thing"));
 
     // The token needs no account, and any Host reaches it (a scraper uses the address).
-    let scraper = Client::new();
+    let scraper = cookieless();
     let by_token = scraper
         .get(&url)
         .bearer_auth(TOKEN)

@@ -28,6 +28,18 @@ use uuid::Uuid;
 /// The longest any single wait in a test may take before the test fails.
 pub const PATIENCE: Duration = Duration::from_secs(90);
 
+/// Every test's HTTP client: one that gives up on a response that sends nothing for
+/// [`PATIENCE`], so a request the server never answers fails its test with the URL in the
+/// message, rather than hanging the whole run.
+pub fn patient_client() -> reqwest::ClientBuilder {
+    Client::builder().read_timeout(PATIENCE)
+}
+
+/// A client without a cookie jar: every request comes from a new visitor.
+pub fn cookieless() -> Client {
+    patient_client().build().unwrap()
+}
+
 /// The longest dropping a test's database may take before the test goes on without it.
 const DROP_PATIENCE: Duration = Duration::from_secs(30);
 
@@ -408,7 +420,7 @@ impl TestServer {
             listener,
             shutdown.clone(),
         ));
-        let client = Client::builder().cookie_store(true).build().unwrap();
+        let client = Self::new_client();
         Self {
             base,
             client,
@@ -423,7 +435,7 @@ impl TestServer {
 
     /// A client with a cookie jar of its own: a visitor until it signs in or makes something.
     pub fn new_client() -> Client {
-        Client::builder().cookie_store(true).build().unwrap()
+        patient_client().cookie_store(true).build().unwrap()
     }
 
     /// A new client signed in as `email` (made by [`account`]).

@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::support::{TestDb, TestServer, account, worker_args};
+use crate::support::{TestDb, TestServer, account, cookieless, worker_args};
 use app::{
     auth::Role,
     model::{JobStatus, JobView},
@@ -70,7 +70,7 @@ impl Setup {
 
     /// `POST` as a worker with `token`: the status and the JSON answer.
     async fn as_worker(&self, token: &str, path: &str, body: Value) -> (StatusCode, Value) {
-        let answer = Client::new()
+        let answer = cookieless()
             .post(self.server.url(path))
             .bearer_auth(token)
             .json(&body)
@@ -474,7 +474,7 @@ async fn a_waiting_claim_answers_as_soon_as_items_are_added() {
         let token = token.clone();
         async move {
             let started = Instant::now();
-            let answer: Value = Client::new()
+            let answer: Value = cookieless()
                 .post(url)
                 .bearer_auth(token)
                 .json(&json!({ "max": 10, "waitSeconds": 30 }))
