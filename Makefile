@@ -56,11 +56,12 @@ APALIS_DIR_PY := import json, sys; print(next(p["manifest_path"] for p in json.l
 define sqlx_prepare
 "$(PG)" recreate "$(TEST_PG_DIR)" conveyor_sqlx
 DATABASE_URL="$$("$(PG)" url "$(TEST_PG_DIR)" conveyor_sqlx)"; export DATABASE_URL
-cargo sqlx migrate run --source migrations
-# apalis's own tables too (store::queue reads them), from the pinned crate's source. They are
-# recorded beside ours here (the server keeps them apart), hence --ignore-missing.
+# apalis's own tables first, as the server makes them (store::queue reads them, and our
+# migrations adapt them), from the pinned crate's source. They are recorded beside ours here
+# (the server keeps them apart), hence --ignore-missing.
 apalis="$$(cargo metadata --format-version 1 --locked | python3 -c '$(APALIS_DIR_PY)')"
-cargo sqlx migrate run --source "$$apalis/migrations" --ignore-missing
+cargo sqlx migrate run --source "$$apalis/migrations"
+cargo sqlx migrate run --source migrations --ignore-missing
 cargo sqlx prepare --workspace $(1) -- --all-targets
 endef
 

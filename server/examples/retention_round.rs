@@ -1,12 +1,14 @@
 //! One retention round (`jobs::maintenance::retention::round`) against `--db-url`, timed: the
 //! retention figure of `make bench ONLY=admin` (`server/benches/console.py` runs it once the
-//! console's timings are done, over the jobs it seeded). Prints one JSON line: the seconds the
-//! round took and what it deleted.
+//! console's timings are done, over the jobs it seeded). With `--until-done`, rounds one after
+//! the other until none is left (`retention::catch_up`, as the retention duty works off a
+//! backlog). Prints one JSON line: the seconds it took and what it deleted.
 
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use server::jobs::maintenance::retention::{self, Kept};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
 struct Args {
@@ -18,6 +20,9 @@ struct Args {
     /// How long finished jobs' summaries are kept.
     #[arg(long)]
     jobs_days: u64,
+    /// Round after round while more is left, not just one.
+    #[arg(long)]
+    until_done: bool,
 }
 
 #[tokio::main]
@@ -30,11 +35,15 @@ async fn main() -> anyhow::Result<()> {
         jobs: day * args.jobs_days as u32,
     };
     let started = Instant::now();
-    let pruned = retention::round(&pool, kept).await?;
+    let pruned = if args.until_done {
+        retention::catch_up(&pool, kept, &CancellationToken::new()).await?
+    } else {
+        retention::round(&pool, kept).await?
+    };
     let seconds = started.elapsed().as_secs_f64();
     println!(
-        "{{\"seconds\": {seconds:.4}, \"uploads\": {}, \"jobs\": {}, \"job_items\": {}}}",
-        pruned.uploads, pruned.jobs, pruned.job_items
+        "{{\"seconds\": {seconds:.4}, \"uploads\": {}, \"jobs\": {}, \"job_items\": {}, \"messages\": {}}}",
+        pruned.uploads, pruned.jobs, pruned.job_items, pruned.messages
     );
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! The connection pool and the schema. Our migrations (`migrations/`) and apalis's bundled ones
 //! each keep their own history table (`public._sqlx_migrations`, `apalis._sqlx_migrations`), so
 //! the two never disagree about what has been applied. Both take an advisory lock, so any number
-//! of processes may start at once.
+//! of processes may start at once. apalis's run first, so that ours may adapt its tables
+//! (migration 32: `store::queue` says what and why).
 
 use std::time::Duration;
 
@@ -33,13 +34,13 @@ pub async fn connect_like(pool: &PgPool, max_connections: u32) -> anyhow::Result
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    apalis_postgres::PostgresStorage::setup(pool)
+        .await
+        .context("applying apalis's migrations")?;
     MIGRATOR
         .run(pool)
         .await
         .context("applying Conveyor's migrations")?;
-    apalis_postgres::PostgresStorage::setup(pool)
-        .await
-        .context("applying apalis's migrations")?;
     Ok(())
 }
 

@@ -10,6 +10,15 @@
 //! migrations too, so `prune` is checked at compile time like our own statements.
 //! [`message_is_live!`] is a fragment of `leases::take_unqueued`, which `sqlx::query!` cannot
 //! take (it reads only literals): that statement is checked by the tests that run it.
+//!
+//! Migration 32 adapts apalis's own tables (apalis's migrations run first: `db::migrate`) so
+//! that a task costs the same however many messages the queue keeps: a message apalis is done
+//! with lets go of its worker (apalis finds messages by `lock_by` to acknowledge each task and,
+//! at every heartbeat, to find dead workers' messages, which read every message those workers
+//! had ever run), the fetch (`apalis.get_jobs`) is PL/pgSQL so that it keeps its plan, and two
+//! indexes that repeat others are gone. The migration says what each was measured to cost;
+//! `schema_pins` fails on a bump of apalis-postgres that undoes them. apalis's `task-tracking`
+//! feature must stay off: its heartbeat counts a worker's acknowledged messages by `lock_by`.
 
 use std::time::Duration;
 
@@ -196,6 +205,34 @@ pub async fn due(conn: &mut PgConnection) -> sqlx::Result<i64> {
     )
     .fetch_one(conn)
     .await
+}
+
+/// How long a worker apalis recorded may be silent before it is forgotten: a day, long after its
+/// messages were queued again (apalis does that after three missed heartbeats).
+const WORKER_FORGOTTEN_AFTER: Duration = Duration::from_secs(86_400);
+
+/// Deletes up to `limit` of the workers apalis recorded for our queue that have been silent for
+/// [`WORKER_FORGOTTEN_AFTER`] and that no message names (since migration 32, only a queued or
+/// running one can); how many. apalis records every worker it starts (each slot of each
+/// process start, named anew) and never deletes one, and every worker's heartbeat searches
+/// them all for dead workers' messages: 4–6 ms with 50,000 stopped workers, 0.07 ms with none.
+/// Held first, passing over one a transaction holds (a frozen worker waking to fetch).
+pub async fn prune_workers(conn: &mut PgConnection, limit: i64) -> sqlx::Result<u64> {
+    let deleted = sqlx::query!(
+        "delete from apalis.workers where id in (
+             select w.id from apalis.workers w
+             where w.worker_type = $1
+               and w.last_seen < now() - make_interval(secs => $2)
+               and not exists (select 1 from apalis.jobs m where m.lock_by = w.id)
+             limit $3
+             for update skip locked)",
+        QUEUE,
+        WORKER_FORGOTTEN_AFTER.as_secs_f64(),
+        limit,
+    )
+    .execute(conn)
+    .await?;
+    Ok(deleted.rows_affected())
 }
 
 /// Deletes up to `limit` of our messages that apalis is done with (done, killed, or failed for

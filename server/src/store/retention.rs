@@ -4,11 +4,13 @@
 //! says, its follow-up jobs with the root. A finished job's items (its chunks and their runs, row errors, export parts, and the files
 //! it read or wrote, a dry run's keys, a job of a type's items) go after `items_age`; its summary row after `jobs_age`, and with the last
 //! job naming it, a dataset that is deleted or was never completed. Uploads no job
-//! uses and finished queue messages go after `items_age` too. Sessions go once expired (or
+//! uses and finished queue messages go after `items_age` too, and the queue's workers (apalis's
+//! records of them) a day after they went silent. Sessions go once expired (or
 //! idle past their timeout), and
 //! guests once they have no session and own nothing (nobody can ever be them again). Each
-//! statement deletes at most `BATCH` rows, so a large backlog is worked off over several
-//! rounds in short transactions.
+//! statement deletes at most `BATCH` rows (the jobs', files' and datasets' a hundredth of it),
+//! so a large backlog is worked off over several rounds in short transactions, run one after
+//! the other while a round says more is left ([`Pruned::more_left`]).
 
 use std::time::Duration;
 
@@ -33,13 +35,32 @@ pub struct Pruned {
     pub datasets: u64,
     pub uploads: u64,
     pub messages: u64,
+    /// Workers apalis recorded, gone a day (`queue::prune_workers`).
+    pub queue_workers: u64,
     pub sessions: u64,
     pub guests: u64,
+    /// A statement deleted as many as one round may: more may be due now.
+    pub more_left: bool,
 }
 
 impl Pruned {
     pub fn is_empty(&self) -> bool {
         *self == Pruned::default()
+    }
+}
+
+impl std::ops::AddAssign for Pruned {
+    /// What rounds one after the other deleted in all; more is left if the last round says so.
+    fn add_assign(&mut self, later: Pruned) {
+        self.job_items += later.job_items;
+        self.jobs += later.jobs;
+        self.datasets += later.datasets;
+        self.uploads += later.uploads;
+        self.messages += later.messages;
+        self.queue_workers += later.queue_workers;
+        self.sessions += later.sessions;
+        self.guests += later.guests;
+        self.more_left = later.more_left;
     }
 }
 
@@ -157,7 +178,7 @@ pub async fn prune(
     // job names them any more: first their rows, if any are left (a failed import's, or those
     // of a deletion that ran out of attempts; rows have no foreign key to their dataset), a
     // batch a round, then the dataset.
-    sqlx::query!(
+    let emptied = sqlx::query!(
         "with orphaned as (
              select d.id from datasets d
              where d.state <> $2 and d.row_count > 0
@@ -180,7 +201,8 @@ pub async fn prune(
         DatasetState::Ready as DatasetState,
     )
     .execute(&mut *conn)
-    .await?;
+    .await?
+    .rows_affected();
     let datasets = sqlx::query!(
         "delete from datasets where id in (
              select d.id from datasets d
@@ -196,6 +218,7 @@ pub async fn prune(
     .rows_affected();
 
     let messages = queue::prune(&mut *conn, items_age, BATCH).await?;
+    let queue_workers = queue::prune_workers(&mut *conn, BATCH).await?;
 
     let sessions = sqlx::query!(
         "delete from sessions where token_hash in (
@@ -262,13 +285,25 @@ pub async fn prune(
     .await?
     .rows_affected();
 
+    // Each limit is checked against the smallest of its statements' (a round too many finds
+    // less and ends the run); a dataset whose rows were deleted may have more.
+    let round = BATCH as u64 / 100;
+    let more_left = [job_items, jobs, datasets, uploads]
+        .iter()
+        .any(|&n| n >= round)
+        || [messages, queue_workers, sessions, guests]
+            .iter()
+            .any(|&n| n >= BATCH as u64)
+        || emptied > 0;
     Ok(Pruned {
         job_items,
         jobs,
         datasets,
         uploads,
         messages,
+        queue_workers,
         sessions,
         guests,
+        more_left,
     })
 }

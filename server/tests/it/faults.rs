@@ -329,6 +329,101 @@ async fn jobs_with_the_same_serialize_key_run_one_at_a_time_in_order() {
     server.stop().await;
 }
 
+/// A backlog larger than a round (here finished queue messages, 10,000 a round) is worked off
+/// by rounds one after the other, not one round every 10 minutes.
+#[tokio::test]
+async fn retention_works_off_a_backlog_larger_than_a_round_at_once() {
+    use server::jobs::maintenance::retention::{self, Kept};
+    use tokio_util::sync::CancellationToken;
+    let db = TestDb::new().await;
+    sqlx::query(
+        "insert into apalis.jobs (job, id, job_type, status, attempts, done_at)
+         select '\\x00', 'old-' || n, 'conveyor', 'Done', 1, now() - interval '8 days'
+         from generate_series(1, 10001) n",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let kept = Kept {
+        items: Duration::from_secs(7 * 86_400),
+        jobs: Duration::from_secs(90 * 86_400),
+    };
+    let one = retention::round(&db.pool, kept).await.unwrap();
+    assert_eq!((one.messages, one.more_left), (10_000, true));
+    sqlx::query(
+        "insert into apalis.jobs (job, id, job_type, status, attempts, done_at)
+         select '\\x00', 'older-' || n, 'conveyor', 'Done', 1, now() - interval '8 days'
+         from generate_series(1, 10000) n",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let all = retention::catch_up(&db.pool, kept, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!((all.messages, all.more_left), (10_001, false));
+    let left: i64 = sqlx::query_scalar("select count(*) from apalis.jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
+/// apalis records every worker it starts and never forgets one; retention forgets those silent
+/// for a day that no message names.
+#[tokio::test]
+async fn retention_forgets_queue_workers_a_day_silent_that_no_message_names() {
+    use server::{
+        jobs::maintenance::retention::{self, Kept},
+        store::queue::{self, Priority, TaskMsg},
+    };
+    let db = TestDb::new().await;
+    for (name, silent_hours) in [("gone", 25), ("holding", 25), ("quiet", 1)] {
+        sqlx::query(
+            "insert into apalis.workers (id, worker_type, storage_name, layers, last_seen)
+             values ($1, 'conveyor', 'PostgresStorage', '', now() - make_interval(hours => $2))",
+        )
+        .bind(name)
+        .bind(silent_hours)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    }
+    // A message its worker took before it went silent (not queued again yet) still names it.
+    let ticket = Uuid::new_v4();
+    let task = TaskMsg::Plan {
+        job_id: Uuid::new_v4(),
+    };
+    let mut conn = db.pool.acquire().await.unwrap();
+    queue::push(&mut conn, &[(task, ticket)], Priority::Turn { ahead: 0 })
+        .await
+        .unwrap();
+    sqlx::query(
+        "update apalis.jobs set status = 'Queued', lock_by = 'holding', lock_at = now()
+         where idempotency_key = $1",
+    )
+    .bind(ticket.to_string())
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let kept = Kept {
+        items: Duration::from_secs(7 * 86_400),
+        jobs: Duration::from_secs(90 * 86_400),
+    };
+    assert_eq!(
+        retention::round(&db.pool, kept)
+            .await
+            .unwrap()
+            .queue_workers,
+        1
+    );
+    let left: Vec<String> = sqlx::query_scalar("select id from apalis.workers order by id")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(left, ["holding", "quiet"]);
+}
+
 #[tokio::test]
 async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
     use server::jobs::maintenance::retention::{self, Kept};

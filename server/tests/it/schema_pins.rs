@@ -1,7 +1,7 @@
 //! What the code assumes of the database it cannot check at compile time: the labels of our
 //! PostgreSQL enums match the Rust enums, and apalis's table has the columns and status words
 //! `store::queue` relies on (apalis-postgres is pinned exactly; this catches a bump that moves
-//! them).
+//! them), as our migration 32 adapts it.
 
 use app::model::{ExportFormat, JobKind, JobStatus};
 use server::store::{
@@ -10,7 +10,7 @@ use server::store::{
 };
 use sqlx::PgPool;
 
-use crate::support::TestDb;
+use crate::support::{TestDb, TestServer, csv, until, worker_args};
 
 async fn labels(pool: &PgPool, type_name: &str) -> Vec<String> {
     sqlx::query_scalar(
@@ -122,4 +122,41 @@ async fn apalis_tables_have_the_layout_the_queue_relies_on() {
             .await
             .unwrap();
     assert_eq!(status, "Pending");
+}
+
+/// apalis's queue as migration 32 adapts it: its fetch is PL/pgSQL, which keeps its plan, and
+/// a message apalis has acknowledged lets go of its worker, so that acknowledgements,
+/// heartbeats and the search for a dead worker's messages read only live messages.
+#[tokio::test]
+async fn apalis_fetch_keeps_its_plan_and_done_messages_let_go_of_their_workers() {
+    let db = TestDb::new().await;
+    let language: String = sqlx::query_scalar(
+        "select l.lanname::text from pg_proc p join pg_language l on l.oid = p.prolang
+         where p.oid = 'apalis.get_jobs(text, text, integer)'::regprocedure",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(language, "plpgsql");
+
+    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    let job = server.import("small.csv", csv(3), "small").await;
+    assert_eq!(server.finished(job.id).await.status, JobStatus::Completed);
+    // apalis acknowledges a message after its task returned: after the job completed.
+    let messages = "select bool_and(status = 'Done'), count(*) filter (where lock_by is not null)
+                    from apalis.jobs
+                    where convert_from(job, 'UTF8')::jsonb ->> 'job_id' = $1::text";
+    let read = || async {
+        sqlx::query_as::<_, (Option<bool>, i64)>(messages)
+            .bind(job.id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    until("apalis acknowledged the job's messages", || async {
+        read().await.0 == Some(true)
+    })
+    .await;
+    assert_eq!(read().await.1, 0, "a done message keeps no worker");
+    server.stop().await;
 }

@@ -28,9 +28,10 @@ use uuid::Uuid;
 /// The longest any single wait in a test may take before the test fails.
 pub const PATIENCE: Duration = Duration::from_secs(90);
 
-/// Every test's HTTP client: one that gives up on a response that sends nothing for
-/// [`PATIENCE`], so a request the server never answers fails its test with the URL in the
-/// message, rather than hanging the whole run.
+/// Every test's HTTP client: one that gives up on a response that has not begun within
+/// [`PATIENCE`] of the request (its upload included), or whose body then sends nothing for as
+/// long, so a request the server never answers fails its test (naming the URL, when the
+/// answer never began) rather than hanging the whole run.
 pub fn patient_client() -> reqwest::ClientBuilder {
     Client::builder().read_timeout(PATIENCE)
 }

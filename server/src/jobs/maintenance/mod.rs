@@ -9,7 +9,7 @@
 //! | [`requeue`] | heartbeat | queues a message for every due item without a live one |
 //! | [`batches`] | heartbeat | ends sealed batches whose children have all ended |
 //! | [`counts`] | heartbeat | folds the job count deltas into the counts the job list shows |
-//! | [`retention`] | 10 min | deletes what finished jobs left behind (`store::retention`) |
+//! | [`retention`] | 10 min, then round after round while a backlog is left | deletes what finished jobs left behind (`store::retention`) |
 //! | callbacks ([`super::callbacks`]) | 1 s | delivers completion callbacks; no leader: each delivery claims its job's row |
 //!
 //! Every statement they run lives in `store/`.
@@ -69,13 +69,14 @@ pub fn spawn(
         move || counts::round(p.clone()),
     ));
     let p = pool.clone();
+    let stop = shutdown.clone();
     tasks.spawn(every(
         Duty::Retention,
         retention::EVERY,
         shutdown.clone(),
         move || {
-            let p = p.clone();
-            async move { retention::round(&p, kept).await.map(|_| ()) }
+            let (p, stop) = (p.clone(), stop.clone());
+            async move { retention::catch_up(&p, kept, &stop).await.map(|_| ()) }
         },
     ));
     tasks.spawn(callbacks::run(
