@@ -131,9 +131,11 @@ bench: $(if $(filter xml,$(ONLY)),,tools)
 	  --load-bin "$(CURDIR)/target/release/examples/load" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" --dir "$(CURDIR)/target/bench"; fi
 	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = small ]; then \
-	  cargo build --release -p server --example small_imports && python3 server/benches/small.py \
+	  cargo build --release -p server --example small_imports --example retention_round && \
+	  python3 server/benches/small.py \
 	  --server "$(CURDIR)/target/release/server" \
 	  --imports-bin "$(CURDIR)/target/release/examples/small_imports" \
+	  --retention-bin "$(CURDIR)/target/release/examples/retention_round" \
 	  --db-url "$$("$(PG)" url "$(BENCH_PG_DIR)" conveyor_bench)" $(if $(JOBS),--jobs $(JOBS)); fi
 	if [ -z "$(ONLY)" ] || [ "$(ONLY)" = topology ]; then python3 server/benches/topology.py \
 	  --server "$(CURDIR)/target/release/server" \

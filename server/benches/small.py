@@ -10,7 +10,11 @@ same size. Prints:
     (pgbench with `FLOOR_SCRIPT`, the server stopped), and the end-to-end rate's ratio to it;
   - p50 / p99 of `POST /api/jobs` (creating a job, its file already uploaded);
   - the other owner's job: created -> completed (one owner's backlog must not starve another);
-  - the server's peak RSS.
+  - the server's peak RSS;
+  - retention keeping up: with the server stopped, everything the run left is aged past the
+    retention age and `server/examples/retention_round.rs --until-done` deletes it (each job's
+    items, file and queue message), round after round as the retention duty does: jobs/s,
+    against the rate the run made them at.
 Completion is watched through the job list's exact per-status counts.
 """
 
@@ -163,6 +167,25 @@ def sql_floor(args, rows, seconds=15, clients=4):
     return float(found.group(1))
 
 
+def retention_rate(args):
+    """Ages every finished job, file and queue message of the run past the retention age (8
+    days against 7) and times the retention rounds that delete them: (jobs, seconds)."""
+    imports.psql(args.db_url, "-c", """
+        update jobs set finished_at = now() - interval '8 days' where finished_at is not null;
+        update uploads set alive_at = now() - interval '8 days';
+        update apalis.jobs set done_at = now() - interval '8 days' where done_at is not null;""")
+    done = subprocess.run([args.retention_bin, "--db-url", args.db_url, "--items-days", "7",
+                           "--jobs-days", "400", "--until-done"], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"retention failed: {done.stderr.strip()}")
+    pruned = json.loads(done.stdout)
+    left = imports.psql(args.db_url, "-At", "-c",
+                        "select count(*) from jobs where items_pruned_at is null").strip()
+    if left != "0":
+        sys.exit(f"retention left the items of {left} jobs: {pruned}")
+    return pruned["job_items"], pruned["seconds"]
+
+
 def p50_p99(values):
     ordered = sorted(values)
     return (statistics.median(ordered) * 1000,
@@ -175,6 +198,8 @@ def main():
     parser.add_argument("--server", required=True, help="the release server binary")
     parser.add_argument("--imports-bin", required=True,
                         help="the release small_imports example: the clients")
+    parser.add_argument("--retention-bin", required=True,
+                        help="the release retention_round example: times retention last")
     parser.add_argument("--db-url", required=True)
     parser.add_argument("--port", type=int, default=3402)
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -211,6 +236,7 @@ def main():
         stamp = lambda text: datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
         other_wait = stamp(done["finishedAt"]) - stamp(done["createdAt"])
         rss = server.peak_rss_mb()
+    pruned_jobs, pruned_seconds = retention_rate(args)
     floor = sql_floor(args, args.rows)
     p50, p99 = p50_p99(latencies)
     print(f"Small imports: {args.jobs:,} jobs of {args.rows} rows, {args.parallel} clients, "
@@ -224,6 +250,9 @@ def main():
     print(f"  another owner's job, made half way: created -> completed in "
           f"{other_wait.total_seconds():.2f} s")
     print(f"  server peak RSS {rss:,.0f} MB")
+    print(f"  retention, once all is past its age: {pruned_jobs:,} jobs' items, files and "
+          f"messages deleted in {pruned_seconds:.1f} s ({pruned_jobs / pruned_seconds:,.0f} "
+          f"jobs/s, against {rate:,.0f} made a second)")
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@
 //! records of them) a day after they went silent. Sessions go once expired (or
 //! idle past their timeout), and
 //! guests once they have no session and own nothing (nobody can ever be them again). Each
-//! statement deletes at most `BATCH` rows (the jobs', files' and datasets' a hundredth of it),
-//! so a large backlog is worked off over several rounds in short transactions, run one after
-//! the other while a round says more is left ([`Pruned::more_left`]).
+//! statement is bounded: at most `BATCH` rows, or a hundredth of it for jobs whose items go
+//! (per registered type, with their chains) and typed summaries, files and datasets, ten
+//! datasets' `BATCH` rows each. So a large backlog is worked off over several rounds in short
+//! transactions, run one after the other while a round says more is left
+//! ([`Pruned::more_left`]).
 
 use std::time::Duration;
 
@@ -273,6 +275,7 @@ pub async fn prune(
     )
     .fetch_all(&mut *conn)
     .await?;
+    let held_files = held.len() as u64;
     let uploads = sqlx::query!(
         "delete from uploads d
          where d.id = any($1)
@@ -288,7 +291,7 @@ pub async fn prune(
     // Each limit is checked against the smallest of its statements' (a round too many finds
     // less and ends the run); a dataset whose rows were deleted may have more.
     let round = BATCH as u64 / 100;
-    let more_left = [job_items, jobs, datasets, uploads]
+    let more_left = [job_items, jobs, datasets, held_files]
         .iter()
         .any(|&n| n >= round)
         || [messages, queue_workers, sessions, guests]

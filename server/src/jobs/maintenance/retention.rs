@@ -1,7 +1,7 @@
 //! Retention: what finished jobs leave behind is deleted after a while (see
 //! `store::retention` for what goes when), in rounds of bounded batches.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -14,9 +14,10 @@ use crate::store::{
 /// How often retention runs (and once at start).
 pub const EVERY: Duration = Duration::from_secs(600);
 
-/// The pause between rounds while a backlog is worked off: each round's locks are let go, and
-/// the rest of the work gets the database in between.
-const AGAIN_AFTER: Duration = Duration::from_millis(100);
+/// The least pause between rounds while a backlog is worked off; a round pauses at least as
+/// long as it took, so that working off a backlog takes at most half of one connection's
+/// time, and each round's locks are let go between.
+const AGAIN_AFTER: Duration = Duration::from_millis(10);
 
 /// How long finished jobs' items, and their summaries, are kept.
 #[derive(Debug, Clone, Copy)]
@@ -25,17 +26,24 @@ pub struct Kept {
     pub jobs: Duration,
 }
 
-/// Rounds one after the other while the last says more is left (a round takes at most a
-/// hundred jobs' items: one every [`EVERY`] alone would fall behind any deployment finishing
-/// more than 14,400 jobs a day), until `stop`; what they deleted in all.
+/// Rounds one after the other while the last says more is left, until `stop`; what they
+/// deleted in all. A round takes the items of at most a hundred jobs (per registered type)
+/// and a hundred files: one round every [`EVERY`] alone fell ever further behind a deployment
+/// finishing more than 14,400 jobs a day.
 pub async fn catch_up(pool: &PgPool, kept: Kept, stop: &CancellationToken) -> sqlx::Result<Pruned> {
-    let mut pruned = round(pool, kept).await?;
+    let mut pruned = Pruned {
+        more_left: true,
+        ..Pruned::default()
+    };
+    let mut pause = Duration::ZERO;
     while pruned.more_left {
         tokio::select! {
             () = stop.cancelled() => break,
-            () = tokio::time::sleep(AGAIN_AFTER) => {}
+            () = tokio::time::sleep(pause) => {}
         }
+        let started = Instant::now();
         pruned += round(pool, kept).await?;
+        pause = started.elapsed().max(AGAIN_AFTER);
     }
     Ok(pruned)
 }
