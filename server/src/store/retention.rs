@@ -79,6 +79,7 @@ pub async fn prune(
     // items gone and is refused. Jobs of no registered type by the deployment's age; those of
     // a type by its `retainDays` (else the same age), one type at a time, each a range of an
     // index: a chain's root for the whole chain, whose follow-up jobs go with it.
+    // Each from an index of the jobs whose items are kept (migration 33, and 26 for types).
     let mut claimed: Vec<Uuid> = sqlx::query_scalar!(
         "update jobs j set items_pruned_at = now(), upload_id = null, result_upload_id = null,
              output_upload_id = null, remedy = null

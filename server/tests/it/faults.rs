@@ -336,28 +336,25 @@ async fn retention_works_off_a_backlog_larger_than_a_round_at_once() {
     use server::jobs::maintenance::retention::{self, Kept};
     use tokio_util::sync::CancellationToken;
     let db = TestDb::new().await;
-    sqlx::query(
-        "insert into apalis.jobs (job, id, job_type, status, attempts, done_at)
-         select '\\x00', 'old-' || n, 'conveyor', 'Done', 1, now() - interval '8 days'
-         from generate_series(1, 10001) n",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    // `count` finished messages, done 8 days ago (their first `skip` numbers taken already).
+    let done_long_ago = |skip: i64, count: i64| {
+        sqlx::query(
+            "insert into apalis.jobs (job, id, job_type, status, attempts, done_at)
+             select '\\x00', 'old-' || n, 'conveyor', 'Done', 1, now() - interval '8 days'
+             from generate_series($1 + 1, $1 + $2) n",
+        )
+        .bind(skip)
+        .bind(count)
+        .execute(&db.pool)
+    };
+    done_long_ago(0, 10_001).await.unwrap();
     let kept = Kept {
         items: Duration::from_secs(7 * 86_400),
         jobs: Duration::from_secs(90 * 86_400),
     };
     let one = retention::round(&db.pool, kept).await.unwrap();
     assert_eq!((one.messages, one.more_left), (10_000, true));
-    sqlx::query(
-        "insert into apalis.jobs (job, id, job_type, status, attempts, done_at)
-         select '\\x00', 'older-' || n, 'conveyor', 'Done', 1, now() - interval '8 days'
-         from generate_series(1, 10000) n",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    done_long_ago(10_001, 10_000).await.unwrap();
     let all = retention::catch_up(&db.pool, kept, &CancellationToken::new())
         .await
         .unwrap();
