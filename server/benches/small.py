@@ -12,7 +12,7 @@ same size. Prints:
   - the other owner's job: created -> completed (one owner's backlog must not starve another);
   - the server's peak RSS;
   - retention keeping up: with the server stopped and 200,000 older jobs whose items are gone
-    beside them, everything the run left is aged past the retention age and
+    beside them, everything the run left (not the floor's) is aged past the retention age and
     `server/examples/retention_round.rs --until-done` deletes it (each job's items, file and
     queue message), round after round as the retention duty does: jobs/s, against the rate the
     run made them at.
@@ -173,10 +173,10 @@ def sql_floor(args, rows, seconds=15, clients=4):
 HISTORY = 200_000
 
 
-def retention_rate(args):
+def retention_rate(args, before):
     """Gives the owner `HISTORY` older jobs whose items are gone, ages every finished job, file
-    and queue message of the run past the retention age (8 days against 7) and times the
-    retention rounds that delete them: (jobs, seconds)."""
+    and queue message the run made (all made `before`, when the floor began) past the retention
+    age (8 days against 7) and times the retention rounds that delete them: (jobs, seconds)."""
     imports.psql(args.db_url, "-c", f"""
         insert into jobs (id, kind, owner, source_filename, status, finished_at, items_pruned_at)
         select gen_random_uuid(), 'import',
@@ -185,8 +185,8 @@ def retention_rate(args):
                now() - interval '20 days'
         from generate_series(1, {HISTORY}) n;
         update jobs set finished_at = now() - interval '8 days'
-        where finished_at is not null and items_pruned_at is null;
-        update uploads set alive_at = now() - interval '8 days';
+        where finished_at is not null and items_pruned_at is null and created_at < '{before}';
+        update uploads set alive_at = now() - interval '8 days' where created_at < '{before}';
         update apalis.jobs set done_at = now() - interval '8 days' where done_at is not null;""")
     done = subprocess.run([args.retention_bin, "--db-url", args.db_url, "--items-days", "7",
                            "--jobs-days", "400", "--until-done"], capture_output=True, text=True)
@@ -194,7 +194,8 @@ def retention_rate(args):
         sys.exit(f"retention failed: {done.stderr.strip()}")
     pruned = json.loads(done.stdout)
     left = imports.psql(args.db_url, "-At", "-c",
-                        "select count(*) from jobs where items_pruned_at is null").strip()
+                        "select count(*) from jobs "
+                        f"where items_pruned_at is null and created_at < '{before}'").strip()
     if left != "0":
         sys.exit(f"retention left the items of {left} jobs: {pruned}")
     return pruned["job_items"], pruned["seconds"]
@@ -250,8 +251,9 @@ def main():
         stamp = lambda text: datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
         other_wait = stamp(done["finishedAt"]) - stamp(done["createdAt"])
         rss = server.peak_rss_mb()
-    pruned_jobs, pruned_seconds = retention_rate(args)
+    floor_began = imports.psql(args.db_url, "-At", "-c", "select now()").strip()
     floor = sql_floor(args, args.rows)
+    pruned_jobs, pruned_seconds = retention_rate(args, floor_began)
     p50, p99 = p50_p99(latencies)
     print(f"Small imports: {args.jobs:,} jobs of {args.rows} rows, {args.parallel} clients, "
           f"each into its own dataset")
