@@ -17,7 +17,14 @@ use app::{
 };
 use reqwest::StatusCode;
 use serde_json::json;
+use server::jobs::maintenance::retention::{self, Kept};
 use uuid::Uuid;
+
+/// The deployment's default retention: items a week, summaries 90 days.
+const KEPT: Kept = Kept {
+    items: Duration::from_secs(7 * 86_400),
+    jobs: Duration::from_secs(90 * 86_400),
+};
 
 /// Chunks of the job whose lease is held.
 async fn leased_chunks(db: &TestDb, job_id: Uuid) -> i64 {
@@ -333,7 +340,6 @@ async fn jobs_with_the_same_serialize_key_run_one_at_a_time_in_order() {
 /// by rounds one after the other, not one round every 10 minutes.
 #[tokio::test]
 async fn retention_works_off_a_backlog_larger_than_a_round_at_once() {
-    use server::jobs::maintenance::retention::{self, Kept};
     use tokio_util::sync::CancellationToken;
     let db = TestDb::new().await;
     // `count` finished messages, done 8 days ago (their first `skip` numbers taken already).
@@ -348,10 +354,7 @@ async fn retention_works_off_a_backlog_larger_than_a_round_at_once() {
         .execute(&db.pool)
     };
     done_long_ago(0, 10_001).await.unwrap();
-    let kept = Kept {
-        items: Duration::from_secs(7 * 86_400),
-        jobs: Duration::from_secs(90 * 86_400),
-    };
+    let kept = KEPT;
     let one = retention::round(&db.pool, kept).await.unwrap();
     assert_eq!((one.messages, one.more_left), (10_000, true));
     done_long_ago(10_001, 10_000).await.unwrap();
@@ -370,10 +373,7 @@ async fn retention_works_off_a_backlog_larger_than_a_round_at_once() {
 /// for a day that no message names.
 #[tokio::test]
 async fn retention_forgets_queue_workers_a_day_silent_that_no_message_names() {
-    use server::{
-        jobs::maintenance::retention::{self, Kept},
-        store::queue::{self, Priority, TaskMsg},
-    };
+    use server::store::queue::{self, Priority, TaskMsg};
     let db = TestDb::new().await;
     for (name, silent_hours) in [("gone", 25), ("holding", 25), ("quiet", 1)] {
         sqlx::query(
@@ -403,10 +403,7 @@ async fn retention_forgets_queue_workers_a_day_silent_that_no_message_names() {
     .execute(&mut *conn)
     .await
     .unwrap();
-    let kept = Kept {
-        items: Duration::from_secs(7 * 86_400),
-        jobs: Duration::from_secs(90 * 86_400),
-    };
+    let kept = KEPT;
     assert_eq!(
         retention::round(&db.pool, kept)
             .await
@@ -423,7 +420,6 @@ async fn retention_forgets_queue_workers_a_day_silent_that_no_message_names() {
 
 #[tokio::test]
 async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
-    use server::jobs::maintenance::retention::{self, Kept};
     let db = TestDb::new().await;
     let server = TestServer::start(&db, Some(worker_args(100))).await;
     let bad = "id,name\n1,a\n2\n3,c\n".as_bytes().to_vec();
@@ -434,10 +430,7 @@ async fn finished_jobs_items_then_summaries_are_pruned_after_their_age() {
         .finished(server.import("new.csv", bad, "kept").await.id)
         .await;
     let stray = server.upload("never-imported.csv", csv(3)).await;
-    let kept = Kept {
-        items: Duration::from_secs(7 * 86_400),
-        jobs: Duration::from_secs(90 * 86_400),
-    };
+    let kept = KEPT;
     let age = |days: i64, id: Uuid| {
         sqlx::query("update jobs set finished_at = now() - make_interval(days => $1::integer) where id = $2")
             .bind(days)

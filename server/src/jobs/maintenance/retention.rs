@@ -31,21 +31,18 @@ pub struct Kept {
 /// and a hundred files: one round every [`EVERY`] alone fell ever further behind a deployment
 /// finishing more than 14,400 jobs a day.
 pub async fn catch_up(pool: &PgPool, kept: Kept, stop: &CancellationToken) -> sqlx::Result<Pruned> {
-    let mut pruned = Pruned {
-        more_left: true,
-        ..Pruned::default()
-    };
-    let mut pause = Duration::ZERO;
-    while pruned.more_left {
-        tokio::select! {
-            () = stop.cancelled() => break,
-            () = tokio::time::sleep(pause) => {}
-        }
+    let mut pruned = Pruned::default();
+    loop {
         let started = Instant::now();
         pruned += round(pool, kept).await?;
-        pause = started.elapsed().max(AGAIN_AFTER);
+        if !pruned.more_left {
+            return Ok(pruned);
+        }
+        tokio::select! {
+            () = stop.cancelled() => return Ok(pruned),
+            () = tokio::time::sleep(started.elapsed().max(AGAIN_AFTER)) => {}
+        }
     }
-    Ok(pruned)
 }
 
 /// One round, in one transaction; nothing when another process leads it.
