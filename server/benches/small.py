@@ -4,15 +4,16 @@
 On a release server running its workers, `--jobs` (default 10,000) imports of `--rows`
 (default 100) rows each, made by 16 clients at once (upload, then `POST /api/jobs`; the clients are
 `server/examples/small_imports.rs`), each into a dataset of its own, by one owner. When half are made, another owner makes one import of the
-same size. Prints:
+same size. The owner has 200,000 older jobs whose items are gone (`HISTORY`), as in a
+deployment of some age, before the run begins. Prints:
   - jobs/s from the first upload to the last job completed (goal: >= 1,000 jobs/s);
   - what PostgreSQL alone manages when it makes only the writes a small job cannot do without
     (pgbench with `FLOOR_SCRIPT`, the server stopped), and the end-to-end rate's ratio to it;
   - p50 / p99 of `POST /api/jobs` (creating a job, its file already uploaded);
   - the other owner's job: created -> completed (one owner's backlog must not starve another);
   - the server's peak RSS;
-  - retention keeping up: with the server stopped and 200,000 older jobs whose items are gone
-    beside them, everything the run left (not the floor's) is aged past the retention age and
+  - retention keeping up: with the server stopped, everything the run left (not the floor's)
+    is aged past the retention age and
     `server/examples/retention_round.rs --until-done` deletes it (each job's items, file and
     queue message), round after round as the retention duty does: jobs/s, against the rate the
     run made them at.
@@ -96,16 +97,23 @@ def create_imports(args, jobs, rows, name, midway=None, parallel=16):
     return result["createSeconds"]
 
 
-def wait_finished(port, auth, jobs):
-    """Until `jobs` imports of the owner have finished (the job list's exact counts); fails if
-    one did not complete."""
+def import_counts(client):
+    """The owner's imports by status (the job list's exact counts)."""
+    page = client.call("GET", "/api/jobs?limit=1&type=import", None, "application/json", 200)
+    return {count["status"]: count["count"] for count in page["counts"]}
+
+
+def wait_finished(port, auth, jobs, before=None):
+    """Until `jobs` more imports of the owner have completed than the counts `before` the run
+    (none, if not given); fails if one did not complete."""
     client = Client(port, auth)
+    before = before or {}
     while True:
-        page = client.call("GET", "/api/jobs?limit=1&type=import", None, "application/json", 200)
-        counts = {count["status"]: count["count"] for count in page["counts"]}
-        if counts.get("failed", 0) or counts.get("cancelled", 0):
+        counts = import_counts(client)
+        ended = lambda status: counts.get(status, 0) - before.get(status, 0)
+        if ended("failed") or ended("cancelled"):
             sys.exit(f"small jobs did not complete: {counts}")
-        if counts.get("completed", 0) >= jobs:
+        if ended("completed") >= jobs:
             return
         time.sleep(0.05)  # measuring: the poll's own period bounds the error
 
@@ -169,21 +177,29 @@ def sql_floor(args, rows, seconds=15, clients=4):
 
 
 # Older jobs whose items retention deleted long ago, as a deployment of some age keeps (their
-# summaries stay 90 days): a round must not read past them to find the jobs it is due to take.
+# summaries stay 90 days): the run works beside them, and a retention round must not read past
+# them to find the jobs it is due to take.
 HISTORY = 200_000
 
 
-def retention_rate(args, before):
-    """Gives the owner `HISTORY` older jobs whose items are gone, ages every finished job, file
-    and queue message the run made (all made `before`, when the floor began) past the retention
-    age (8 days against 7) and times the retention rounds that delete them: (jobs, seconds)."""
+def seed_history(args):
+    """Gives the owner `HISTORY` older jobs whose items are gone, and the planner statistics a
+    table of that size has. (In a table growing from empty, as the bench's was, each automatic
+    `ANALYZE` made every connection plan its statements on `jobs` again.)"""
     imports.psql(args.db_url, "-c", f"""
         insert into jobs (id, kind, owner, source_filename, status, finished_at, items_pruned_at)
         select gen_random_uuid(), 'import',
                (select id from users where email = 'small-bench@example.com'), 'history.csv',
                'completed', now() - interval '30 days' + n * interval '1 s',
                now() - interval '20 days'
-        from generate_series(1, {HISTORY}) n;
+        from generate_series(1, {HISTORY}) n;""", "-c", "vacuum analyze jobs")
+
+
+def retention_rate(args, before):
+    """Ages every finished job, file and queue message the run made (all made `before`, when
+    the floor began) past the retention age (8 days against 7) and times the retention rounds
+    that delete them: (jobs, seconds)."""
+    imports.psql(args.db_url, "-c", f"""
         update jobs set finished_at = now() - interval '8 days'
         where finished_at is not null and items_pruned_at is null and created_at < '{before}';
         update uploads set alive_at = now() - interval '8 days' where created_at < '{before}';
@@ -234,14 +250,16 @@ def main():
         other["job"] = job
         other["created"] = created
 
+    seed_history(args)
     env = {"CONVEYOR_MAX_ACTIVE_JOBS": str(args.jobs * 2),
            "CONVEYOR_MAX_UPLOADS_AT_ONCE": str(args.parallel * 2)}
     with Server(args, env=env) as server:
+        before = import_counts(Client(args.port, AUTH))
         start = time.monotonic()
         latencies = create_imports(args, args.jobs, args.rows, "small", other_owner,
                                    args.parallel)
         created = time.monotonic()
-        wait_finished(args.port, AUTH, args.jobs)
+        wait_finished(args.port, AUTH, args.jobs, before)
         rate = args.jobs / (time.monotonic() - start)
         imports.AUTH.clear()
         imports.AUTH.update(other_auth)
@@ -256,7 +274,7 @@ def main():
     pruned_jobs, pruned_seconds = retention_rate(args, floor_began)
     p50, p99 = p50_p99(latencies)
     print(f"Small imports: {args.jobs:,} jobs of {args.rows} rows, {args.parallel} clients, "
-          f"each into its own dataset")
+          f"each into its own dataset, beside {HISTORY:,} older jobs")
     print(f"  first upload -> last completed: {rate:,.0f} jobs/s (goal >= {GOAL_JOBS_PER_S:,}: "
           f"{'met' if rate >= GOAL_JOBS_PER_S else 'NOT met'}); all made in "
           f"{created - start:.1f} s ({args.jobs / (created - start):,.0f} jobs/s)")
@@ -266,8 +284,8 @@ def main():
     print(f"  another owner's job, made half way: created -> completed in "
           f"{other_wait.total_seconds():.2f} s")
     print(f"  server peak RSS {rss:,.0f} MB")
-    print(f"  retention, once all the run left is past its age, beside {HISTORY:,} older jobs "
-          f"whose items are gone: {pruned_jobs:,} jobs' items, files and messages deleted in "
+    print(f"  retention, once all the run left is past its age (the older jobs' items are "
+          f"gone): {pruned_jobs:,} jobs' items, files and messages deleted in "
           f"{pruned_seconds:.1f} s ({pruned_jobs / pruned_seconds:,.0f} jobs/s, against "
           f"{rate:,.0f} made a second)")
 

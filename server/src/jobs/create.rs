@@ -129,12 +129,8 @@ pub async fn import(
     let mut tx = pool.begin().await?;
     // A take-over below locks a dataset that a retry of the owner's may hold: the owner's lock
     // goes first, as a retry takes it first.
-    jobs::hold_owners_jobs(&mut tx, owner).await?;
-    jobs::lock_serialize_key(
-        &mut tx,
-        options.serialize_key.as_deref().unwrap_or_default(),
-    )
-    .await?;
+    let key = options.serialize_key.as_deref().unwrap_or_default();
+    jobs::hold_owners_jobs_and_key(&mut tx, owner, key).await?;
     join_batch(&mut tx, owner, &options).await?;
     if let Some(fixed) = fixes
         && !jobs::is_owners_import(&mut tx, fixed, owner).await?
@@ -281,12 +277,8 @@ pub async fn export(
     let options = with_dataset_order(options, owner, dataset);
     let mut tx = pool.begin().await?;
     // Before any other lock, as every create takes it (and a retry).
-    jobs::hold_owners_jobs(&mut tx, owner).await?;
-    jobs::lock_serialize_key(
-        &mut tx,
-        options.serialize_key.as_deref().unwrap_or_default(),
-    )
-    .await?;
+    let key = options.serialize_key.as_deref().unwrap_or_default();
+    jobs::hold_owners_jobs_and_key(&mut tx, owner, key).await?;
     let dataset_id = datasets::for_job(&mut tx, owner, dataset)
         .await?
         .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?;
@@ -389,12 +381,8 @@ pub async fn items(
         ..options.clone()
     };
     let mut tx = pool.begin().await?;
-    jobs::hold_owners_jobs(&mut tx, owner).await?;
-    jobs::lock_serialize_key(
-        &mut tx,
-        options.serialize_key.as_deref().unwrap_or_default(),
-    )
-    .await?;
+    let key = options.serialize_key.as_deref().unwrap_or_default();
+    jobs::hold_owners_jobs_and_key(&mut tx, owner, key).await?;
     join_batch(&mut tx, owner, &options).await?;
     let kind = NewKind::Items {
         job_type: &job_type.name,

@@ -29,7 +29,7 @@ use crate::{
         chunks::{self, Recorded},
         datasets, history,
         jobs::{self, ImportJob},
-        leases, notify,
+        notify,
         queue::{self, Priority, TaskMsg},
         states::{self, job::WholePlan},
         uploads,
@@ -116,10 +116,10 @@ async fn start(tx: &mut PgConnection, job_id: Uuid) -> sqlx::Result<()> {
 const SMALL_FILE: u64 = uploads::PART_BYTES as u64;
 
 /// Imports a file of one chunk in `tx`, which holds the job's lock: its format, its chunk
-/// recorded done with its rows, the job started, sealed and counted in one update, and its end,
-/// with one notification; and the plan's lease given back and its run ended, so that the
-/// worker need not (`make bench ONLY=small`). Rolled back on an error, before the caller goes
-/// on.
+/// recorded done with its rows, the job started, sealed, counted, its plan's lease given back
+/// and the job ended in one update (two when rows failed), with one notification; and the
+/// plan's run ended, so that the worker need not (`make bench ONLY=small`). Rolled back on an
+/// error, before the caller goes on.
 async fn import_at_once(
     mut tx: Transaction<'_, Postgres>,
     job_id: Uuid,
@@ -129,7 +129,9 @@ async fn import_at_once(
     file: Vec<u8>,
     run: Run<'_>,
 ) -> Result<Done, TaskError> {
-    let (version, parsed) = match write_at_once(&mut tx, job_id, job, plan, span, file).await {
+    let lease_owner = &run.lease.owner;
+    let written = write_at_once(&mut tx, job_id, job, plan, span, file, lease_owner).await;
+    let (version, parsed) = match written {
         Ok(Some(written)) => written,
         // The job is locked, live and not sealed: nothing can have moved it.
         Ok(None) => {
@@ -142,8 +144,7 @@ async fn import_at_once(
         }
     };
     notify::job_changed(&mut tx, job_id, version).await?;
-    leases::release(&mut *tx, run.lease).await?;
-    history::end_run(&mut *tx, &run.lease.owner, RunOutcome::Ok, None).await?;
+    history::end_run(&mut *tx, lease_owner, RunOutcome::Ok, None).await?;
     if run.stop.is_cancelled() {
         tx.rollback().await?;
         return Err(TaskError::Stopped);
@@ -163,6 +164,7 @@ async fn write_at_once(
     plan: &Plan,
     span: ChunkSpan,
     file: Vec<u8>,
+    lease_owner: &str,
 ) -> Result<Option<(i64, ChunkRows)>, TaskError> {
     check_row_numbers(plan)?;
     let format = format::row_format(&mut *tx, job, plan).await?;
@@ -180,11 +182,13 @@ async fn write_at_once(
         let found = format!("the one chunk of an unsealed job was recorded already ({recorded:?})");
         return Err(std::io::Error::other(found).into());
     }
-    // Started, sealed with its one chunk and counted in one update; then the job ends as after
-    // the last chunk of any import (completed, or failed past its row error limit).
+    // Started, sealed with its one chunk, counted, its plan's lease given back and (when no row
+    // failed) completed in one update; with rows in error, the job then ends as after the last
+    // chunk of any import (completed, or failed past its row error limit).
     let whole_plan = WholePlan {
         format: &format,
         item_count: plan.row_count,
+        lease_owner,
     };
     let version = chunk::write_rows(tx, job_id, job, keyed, &parsed, Some(whole_plan)).await?;
     Ok(version.map(|version| (version, parsed)))

@@ -204,11 +204,10 @@ pub async fn renew(pool: &PgPool, lease: &Lease, ttl: Duration) -> sqlx::Result<
 }
 
 /// Gives a lease back without counting the attempt: the run ended without failing (it had
-/// nothing to do, or was stopped: shutdown, a cancel), by the worker after the run or in the
-/// transaction of the run's work (a small file imported at once). A run that did its work
-/// settled its attempts in its own transaction (a chunk marked done and its lease freed, a plan
-/// sealed with the attempts reset, an export's finish begun with a fresh lease), so nothing is
-/// lost here.
+/// nothing to do, or was stopped: shutdown, a cancel), by the worker after the run. A run that
+/// did its work settled its attempts in its own transaction (a chunk marked done and its lease
+/// freed, a plan sealed with the attempts reset, a small file imported at once with the plan's
+/// lease freed, an export's finish begun with a fresh lease), so nothing is lost here.
 pub async fn release(conn: impl sqlx::PgExecutor<'_>, lease: &Lease) -> sqlx::Result<()> {
     match lease.item {
         Item::Step(job_id) => {

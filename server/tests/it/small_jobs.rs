@@ -28,6 +28,18 @@ async fn tasks_of(db: &TestDb, job_id: Uuid) -> Vec<String> {
     .unwrap()
 }
 
+/// A job's changes of status, oldest first.
+async fn transitions(db: &TestDb, job_id: Uuid) -> Vec<String> {
+    sqlx::query_scalar(
+        "select from_status::text || ' -> ' || to_status::text from job_transitions
+         where job_id = $1 order by id",
+    )
+    .bind(job_id)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn a_file_of_one_chunk_is_imported_by_its_plan_in_one_task() {
     let db = TestDb::new().await;
@@ -50,6 +62,27 @@ async fn a_file_of_one_chunk_is_imported_by_its_plan_in_one_task() {
     .await
     .unwrap();
     assert_eq!(run, (true, true, "ok".to_owned()));
+    // Started, counted and completed in one update: nobody could have seen it running.
+    assert_eq!(transitions(&db, job.id).await, ["waiting -> completed"]);
+    let ready: (String, i64) =
+        sqlx::query_as("select state::text, row_count from datasets where name = 'small'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(ready, ("ready".to_owned(), 40));
+    // With a row in error, a second update ends it once the row error limit is checked.
+    let request = json!({ "dataset": "bad_rows", "maxRowErrors": 1 });
+    let bad = "id,name\n1,a\n2\n3,c\n".as_bytes().to_vec();
+    let job = server.import_with("bad.csv", bad, request).await;
+    let done = server.finished(job.id).await;
+    assert_eq!(
+        (done.status, done.rows_ok, done.rows_failed),
+        (JobStatus::Completed, 2, 1)
+    );
+    assert_eq!(
+        transitions(&db, job.id).await,
+        ["waiting -> running", "running -> completed"]
+    );
     let rows: Vec<String> = server
         .get_json::<serde_json::Value>("/api/datasets/small/rows?limit=2")
         .await["rows"]

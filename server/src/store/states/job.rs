@@ -97,6 +97,9 @@ pub struct ChunkAdded {
 pub struct WholePlan<'a> {
     pub format: &'a RowFormat,
     pub item_count: i64,
+    /// The owner of the plan's lease, which the same update gives back (as a chunk's is when
+    /// the chunk is done).
+    pub lease_owner: &'a str,
 }
 
 /// Adds a finished chunk to the counters of a `running` job; then the job is `failed` if its rows
@@ -104,21 +107,25 @@ pub struct WholePlan<'a> {
 ///
 /// With a `whole_plan`, the chunk is the one chunk of an import not sealed yet (`waiting`, or
 /// `running` unsealed): the same update starts the job and seals its plan, as [`start`],
-/// [`seal`] and the count one after the other would leave it. For a small file imported at once
+/// [`seal`] and the count one after the other would leave it, gives the plan's lease back, and,
+/// when no row failed (and no follow-up job waits on it), ends it `completed` too. For a small file imported at once
 /// (`jobs::plan`): each update of a job writes a new row version and, when an indexed column
 /// changes, an entry in most of the table's indexes. Its start is then its transaction's (when
-/// the plan took the job), its end the moment it ends.
+/// the plan took the job), its end the moment it ends; as nobody could see it running, its
+/// history goes from `waiting` to `completed` in one step.
 pub async fn add_chunk(
     conn: &mut PgConnection,
     id: Uuid,
     counts: ChunkCounts,
     whole_plan: Option<WholePlan<'_>>,
 ) -> sqlx::Result<Option<ChunkAdded>> {
-    let added = sqlx::query_as!(
-        ChunkAdded,
+    let added = sqlx::query!(
         r#"update jobs set
-             status = $5,
+             status = case when e.ends then $13 else $5 end,
              started_at = case when status = $7 then now() else started_at end,
+             finished_at = case when e.ends then clock_timestamp() else finished_at end,
+             lease_owner = case when lease_owner = $14 then null else lease_owner end,
+             lease_expires_at = case when lease_owner = $14 then null else lease_expires_at end,
              sealed = sealed or $8,
              row_format = coalesce($9, row_format),
              item_count = coalesce($10, item_count),
@@ -131,10 +138,12 @@ pub async fn add_chunk(
              rows_updated = rows_updated + $4,
              chunks_done = chunks_done + 1,
              version = version + 1
+         from (select $8 and $3::bigint = 0
+                      and not exists (select 1 from jobs c where c.parent_id = $1) as ends) e
          where id = $1
            and case when $8 then status = any($11) and not sealed and kind = $12
                     else status = $5 end
-         returning version, kind = $6 and sealed and chunks_failed = 0
+         returning version, e.ends as "ended!", kind = $6 and sealed and chunks_failed = 0
              and chunks_done = chunks_total as "finish_export!""#,
         id,
         counts.ok,
@@ -148,12 +157,22 @@ pub async fn add_chunk(
         whole_plan.map(|plan| plan.item_count),
         &LIVE[..] as &[JobStatus],
         JobKind::Import as JobKind,
+        Completed as JobStatus,
+        whole_plan.map(|plan| plan.lease_owner),
     )
     .fetch_optional(&mut *conn)
     .await?;
     let Some(added) = added else {
         return Ok(None);
     };
+    if added.ended {
+        // The dataset an import made comes into being when the import completes.
+        dataset::ready_after(conn, id).await?;
+        return Ok(Some(ChunkAdded {
+            version: added.version,
+            finish_export: false,
+        }));
+    }
     let stopped = if counts.failed > 0 {
         stop_over_row_error_limit(conn, id).await?
     } else {
@@ -163,12 +182,9 @@ pub async fn add_chunk(
         Some(version) => Some(version),
         None => end_if_all_chunks_ended(conn, id).await?,
     };
-    Ok(Some(match ended {
-        Some(version) => ChunkAdded {
-            version,
-            finish_export: false,
-        },
-        None => added,
+    Ok(Some(ChunkAdded {
+        version: ended.unwrap_or(added.version),
+        finish_export: ended.is_none() && added.finish_export,
     }))
 }
 

@@ -22,7 +22,8 @@
 //! ```
 //!
 //! A small file the plan refuses fails its job while still `waiting`: the plan reads it before
-//! it starts the job, to import it in that same transaction (`jobs::plan`).
+//! it starts the job, to import it in that same transaction (`jobs::plan`). One it imports with
+//! no row in error goes from `waiting` to `completed` in one update ([`job::add_chunk`]).
 //!
 //! A deletion's one step starts it and completes it once its dataset has no rows left; it is
 //! never cancelled (its dataset is gone already). A batch is created `running`, takes children until sealed, and is settled `completed` (every
