@@ -187,12 +187,15 @@ def seed_history(args):
     table of that size has. (In a table growing from empty, as the bench's was, each automatic
     `ANALYZE` made every connection plan its statements on `jobs` again.)"""
     imports.psql(args.db_url, "-c", f"""
-        insert into jobs (id, kind, owner, source_filename, status, finished_at, items_pruned_at)
+        insert into jobs (id, kind, owner, source_filename, status, created_at, started_at,
+                          finished_at, items_pruned_at)
         select gen_random_uuid(), 'import',
                (select id from users where email = 'small-bench@example.com'), 'history.csv',
-               'completed', now() - interval '30 days' + n * interval '1 s',
+               'completed', at - interval '1 minute', at - interval '1 minute', at,
                now() - interval '20 days'
-        from generate_series(1, {HISTORY}) n;""", "-c", "vacuum analyze jobs")
+        from generate_series(1, {HISTORY}) n,
+             lateral (select now() - interval '30 days' + n * interval '1 s' as at) t;""",
+                 "-c", "vacuum analyze jobs")
 
 
 def retention_rate(args, before):

@@ -546,8 +546,8 @@ fn with_dataset_order(options: &Options, owner: Uuid, dataset: &str) -> Options 
 
 /// Queues the new job's first task (if it has one) and commits; or, when the insert met the
 /// owner's job with the same dedupe key, drops this request's changes and answers with that
-/// job. The owner's live jobs are counted under the owner's lock, which the caller has held
-/// since its transaction began.
+/// job. The owner's live jobs were counted by the insert, under the owner's lock, which the
+/// caller has held since its transaction began.
 async fn queue_first_task(
     pool: &PgPool,
     mut tx: Transaction<'_, Postgres>,
@@ -558,7 +558,7 @@ async fn queue_first_task(
 ) -> Result<Created, CreateError> {
     let (job_id, replayed) = match inserted {
         Some(job) => {
-            let live = jobs::live_jobs(&mut tx, owner).await?;
+            let live = job.live;
             if let Some(limit) = options.active_jobs_limit
                 && live.limited > limit
             {

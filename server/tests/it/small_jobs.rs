@@ -83,6 +83,17 @@ async fn a_file_of_one_chunk_is_imported_by_its_plan_in_one_task() {
         transitions(&db, job.id).await,
         ["waiting -> running", "running -> completed"]
     );
+    let lease: (bool, i32) =
+        sqlx::query_as("select lease_owner is null, attempts from jobs where id = $1")
+            .bind(job.id)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        lease,
+        (true, 0),
+        "the plan's lease given back with the import"
+    );
     let rows: Vec<String> = server
         .get_json::<serde_json::Value>("/api/datasets/small/rows?limit=2")
         .await["rows"]

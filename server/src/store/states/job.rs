@@ -139,7 +139,8 @@ pub async fn add_chunk(
              chunks_done = chunks_done + 1,
              version = version + 1
          from (select $8 and $3::bigint = 0
-                      and not exists (select 1 from jobs c where c.parent_id = $1) as ends) e
+                      and not exists (select 1 from jobs c where c.parent_id = $1) as ends
+               offset 0) e
          where id = $1
            and case when $8 then status = any($11) and not sealed and kind = $12
                     else status = $5 end
