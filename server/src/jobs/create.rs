@@ -25,7 +25,7 @@ use crate::{
         datasets,
         items::{self as store_items, AddedBy, NewItem, NotAdded},
         job_types,
-        jobs::{self, NewJob, NewKind, Options},
+        jobs::{self, LiveJobs, NewJob, NewKind, Options},
         notify,
         queue::{self, Priority, TaskMsg},
         states::{DatasetState, ExportFormat, dataset},
@@ -388,9 +388,9 @@ pub async fn items(
         job_type: &job_type.name,
         max_failures_per_item: job_type.max_failures_per_item,
     };
-    let inserted = jobs::insert(&mut tx, owner, None, kind, &options).await?;
+    let mut inserted = jobs::insert(&mut tx, owner, None, kind, &options).await?;
     let mut added = 0;
-    if let Some(job) = inserted {
+    if let Some(job) = &mut inserted {
         if !items.is_empty() {
             let by = AddedBy::Person {
                 owner: Some(owner),
@@ -404,7 +404,10 @@ pub async fn items(
                 Err(_) => return Err(sqlx::Error::RowNotFound.into()),
             }
         }
-        follow_ups(pool, &mut tx, owner, job.id, job_type).await?;
+        // The limit and the turn count the whole chain.
+        if let Some(live) = follow_ups(pool, &mut tx, owner, job.id, job_type).await? {
+            job.live = live;
+        }
     }
     let created = queue_first_task(pool, tx, owner, &options, inserted, |_| None).await?;
     after_items_added(pool, added);
@@ -431,15 +434,18 @@ pub fn after_items_added(pool: &PgPool, added: i64) {
 
 /// The chain a job of `job_type` starts when the type has a follow-up: a child job of the
 /// follow-up type (and its own child, and so on), which the parent's results fill and which
-/// is sealed once the parent's items have all ended (`store::states::item_job`).
+/// is sealed once the parent's items have all ended (`store::states::item_job`). The owner's
+/// live jobs as the last child's insert counted them, the whole chain included; `None` when
+/// the type has no follow-up.
 async fn follow_ups(
     pool: &PgPool,
     conn: &mut PgConnection,
     owner: Uuid,
     root: Uuid,
     job_type: &JobTypeView,
-) -> Result<(), CreateError> {
+) -> Result<Option<LiveJobs>, CreateError> {
     let mut parent = root;
+    let mut live = None;
     let mut next = job_type.follow_up.clone();
     while let Some(name) = next {
         // Registered before the type that names it, and never removed.
@@ -459,9 +465,10 @@ async fn follow_ups(
             .ok_or(sqlx::Error::RowNotFound)?;
         notify::job_changed(conn, child.id, 1).await?;
         parent = child.id;
+        live = Some(child.live);
         next = child_type.follow_up;
     }
-    Ok(())
+    Ok(live)
 }
 
 /// Creates a batch: a parent for imports and exports created with its id as `parentId`. It

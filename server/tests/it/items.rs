@@ -7,6 +7,7 @@ use app::{
 };
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
+use server::config::{LimitArgs, ServeArgs};
 
 async fn register(server: &TestServer, admin: &Client, body: Value) {
     let response = admin
@@ -420,4 +421,51 @@ async fn a_bulk_fill_refreshes_the_planners_statistics_of_the_items_table() {
     );
     assert!(counted().await >= 3_010.0);
     server.stop().await;
+}
+
+#[tokio::test]
+async fn the_live_job_limit_counts_a_jobs_follow_up_chain() {
+    let db = TestDb::new().await;
+    let args = ServeArgs {
+        no_workers: true,
+        limits: LimitArgs {
+            active_jobs: 2,
+            ..LimitArgs::default()
+        },
+        ..ServeArgs::default()
+    };
+    let server = TestServer::start_with_args(&db, args).await;
+    account(&db, "admin@example.com", Role::Admin).await;
+    account(&db, "ada@example.com", Role::Member).await;
+    let admin = server.signed_in("admin@example.com").await;
+    let ada = server.signed_in("ada@example.com").await;
+    register(&server, &admin, json!({ "name": "encode" })).await;
+    register(
+        &server,
+        &admin,
+        json!({ "name": "render", "followUp": "encode" }),
+    )
+    .await;
+
+    let one = post(&server, &ada, "/api/jobs", json!({ "jobType": "encode" })).await;
+    assert_eq!(one.status(), StatusCode::ACCEPTED);
+    // A render makes an encode after it: two live jobs more, one past the limit.
+    let chain = post(&server, &ada, "/api/jobs", json!({ "jobType": "render" })).await;
+    assert_eq!(chain.status(), StatusCode::TOO_MANY_REQUESTS);
+    let live: i64 =
+        sqlx::query_scalar("select count(*) from jobs where status in ('waiting', 'running')")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(live, 1);
+    // Alone, the chain fits.
+    let sealed = format!("/api/jobs/{}/seal", one.json::<JobView>().await.unwrap().id);
+    assert!(
+        post(&server, &ada, &sealed, json!({}))
+            .await
+            .status()
+            .is_success()
+    );
+    let chain = post(&server, &ada, "/api/jobs", json!({ "jobType": "render" })).await;
+    assert_eq!(chain.status(), StatusCode::ACCEPTED);
 }

@@ -107,12 +107,12 @@ pub struct WholePlan<'a> {
 ///
 /// With a `whole_plan`, the chunk is the one chunk of an import not sealed yet (`waiting`, or
 /// `running` unsealed): the same update starts the job and seals its plan, as [`start`],
-/// [`seal`] and the count one after the other would leave it, gives the plan's lease back, and,
-/// when no row failed (and no follow-up job waits on it), ends it `completed` too. For a small file imported at once
-/// (`jobs::plan`): each update of a job writes a new row version and, when an indexed column
-/// changes, an entry in most of the table's indexes. Its start is then its transaction's (when
-/// the plan took the job), its end the moment it ends; as nobody could see it running, its
-/// history goes from `waiting` to `completed` in one step.
+/// [`seal`] and the count one after the other would leave it, gives the plan's lease back,
+/// and, when no row failed and the job has no child job, ends it `completed` too. For a small
+/// file imported at once (`jobs::plan`): each update of a job writes a new row version and,
+/// when an indexed column changes, an entry in most of the table's indexes. Its start is then
+/// its transaction's (when the plan took the job), its end the moment it ends; as nobody could
+/// see it running, its history goes from `waiting` to `completed` in one step.
 pub async fn add_chunk(
     conn: &mut PgConnection,
     id: Uuid,
