@@ -32,6 +32,21 @@ async fn get(server: &TestServer, client: &Client, path: &str) -> reqwest::Respo
     client.get(server.url(path)).send().await.unwrap()
 }
 
+/// A server without workers whose owners have these limits, an admin and a member, Ada.
+async fn limited(db: &TestDb, limits: LimitArgs) -> (TestServer, Client, Client) {
+    let args = ServeArgs {
+        no_workers: true,
+        limits,
+        ..ServeArgs::default()
+    };
+    let server = TestServer::start_with_args(db, args).await;
+    account(db, "admin@example.com", Role::Admin).await;
+    account(db, "ada@example.com", Role::Member).await;
+    let admin = server.signed_in("admin@example.com").await;
+    let ada = server.signed_in("ada@example.com").await;
+    (server, admin, ada)
+}
+
 #[tokio::test]
 async fn a_job_of_a_registered_type_takes_items_in_batches_until_it_is_sealed() {
     let db = TestDb::new().await;
@@ -301,21 +316,12 @@ async fn item_jobs_refuse_unknown_types_large_payloads_and_ended_jobs() {
 
 #[tokio::test]
 async fn an_owners_items_count_against_their_stored_bytes_until_their_job_is_deleted() {
-    use server::config::{LimitArgs, ServeArgs};
     let db = TestDb::new().await;
-    let args = ServeArgs {
-        no_workers: true,
-        limits: LimitArgs {
-            stored_bytes: 2_000,
-            ..LimitArgs::default()
-        },
-        ..ServeArgs::default()
+    let limits = LimitArgs {
+        stored_bytes: 2_000,
+        ..LimitArgs::default()
     };
-    let server = TestServer::start_with_args(&db, args).await;
-    account(&db, "admin@example.com", Role::Admin).await;
-    account(&db, "ada@example.com", Role::Member).await;
-    let admin = server.signed_in("admin@example.com").await;
-    let ada = server.signed_in("ada@example.com").await;
+    let (server, admin, ada) = limited(&db, limits).await;
     register(&server, &admin, json!({ "name": "blob" })).await;
     let items = |n: usize| -> Vec<Value> {
         (0..n)
@@ -426,19 +432,11 @@ async fn a_bulk_fill_refreshes_the_planners_statistics_of_the_items_table() {
 #[tokio::test]
 async fn the_live_job_limit_counts_a_jobs_follow_up_chain() {
     let db = TestDb::new().await;
-    let args = ServeArgs {
-        no_workers: true,
-        limits: LimitArgs {
-            active_jobs: 2,
-            ..LimitArgs::default()
-        },
-        ..ServeArgs::default()
+    let limits = LimitArgs {
+        active_jobs: 2,
+        ..LimitArgs::default()
     };
-    let server = TestServer::start_with_args(&db, args).await;
-    account(&db, "admin@example.com", Role::Admin).await;
-    account(&db, "ada@example.com", Role::Member).await;
-    let admin = server.signed_in("admin@example.com").await;
-    let ada = server.signed_in("ada@example.com").await;
+    let (server, admin, ada) = limited(&db, limits).await;
     register(&server, &admin, json!({ "name": "encode" })).await;
     register(
         &server,
