@@ -93,13 +93,21 @@ pub struct DatabaseArgs {
     pub db_pool: u32,
 }
 
-/// `server worker`: the workers' settings, and where its metrics may be scraped.
+/// `server worker`: the workers' settings, where its metrics may be scraped, and its CPU
+/// priority.
 #[derive(Args, Debug, Clone)]
 pub struct WorkerCommandArgs {
     #[command(flatten)]
     pub worker: WorkerArgs,
     #[command(flatten)]
     pub metrics: MetricsArgs,
+    /// Added to the niceness (Linux `nice`, up to 19) of the process's threads as it starts:
+    /// on a machine it shares with `serve` processes, their pages and event streams get the
+    /// CPU before imports and exports do (docs/scaling.md). On a machine of its own, or an
+    /// idle one, it changes nothing. 0 leaves the niceness as it was.
+    #[arg(long, env = "CONVEYOR_WORKER_NICE", default_value_t = 10,
+          value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub nice: i32,
 }
 
 /// Who may read `GET /metrics`: admins (signed in, or with an API token), a scraper with the

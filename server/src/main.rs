@@ -17,11 +17,47 @@ fn main() -> anyhow::Result<()> {
         // A child of a worker: no runtime, no database, no logs; stdout is the CSV.
         std::process::exit(server::jobs::convert::child(args));
     }
-    tokio::runtime::Runtime::new()?.block_on(run(cli))
+    // Before the runtime's threads start: they inherit it.
+    let niced = match &cli.command {
+        Some(Command::Worker(args)) => lower_priority(args.nice),
+        _ => Ok(()),
+    };
+    tokio::runtime::Runtime::new()?.block_on(run(cli, niced))
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+/// Adds `by` to the niceness of each of this process's threads, up to 19. Linux keeps one per
+/// thread and a new thread starts with its creator's, so the threads running now (this one,
+/// and jemalloc's background thread, started by the first allocation) get it, and every
+/// thread after them inherits it.
+fn lower_priority(by: i32) -> std::io::Result<()> {
+    use rustix::process::{Pid, getpriority_process, setpriority_process};
+    if by == 0 {
+        return Ok(());
+    }
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let name = task?.file_name();
+        let Some(thread) = name
+            .to_str()
+            .and_then(|n| n.parse().ok())
+            .and_then(Pid::from_raw)
+        else {
+            continue;
+        };
+        let now = getpriority_process(Some(thread))?;
+        match setpriority_process(Some(thread), (now + by).min(19)) {
+            // A thread that ended meanwhile.
+            Ok(()) | Err(rustix::io::Errno::SRCH) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
+}
+
+async fn run(cli: Cli, niced: std::io::Result<()>) -> anyhow::Result<()> {
     server::logs::init(cli.log_format);
+    if let Err(err) = niced {
+        tracing::warn!("cannot lower this worker's CPU priority: {err}");
+    }
     let url = cli
         .database
         .database_url

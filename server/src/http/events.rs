@@ -89,14 +89,18 @@ fn stream(
         .transpose()?;
     let sees = caller.sees();
     let open = telemetry::SseClient::open();
-    let events = feed::follow(state.pool.clone(), &state.views, scope, sees, last_version)
-        .inspect(move |_| {
+    let events = feed::follow(state.pool.clone(), &state.views, scope, sees, last_version).inspect(
+        move |_| {
             let _held = (&slot, &open);
-        })
-        .take_until(state.shutdown.clone().cancelled_owned())
-        .take_until(Box::pin(identity::revoked(
-            state.clone(),
-            caller.identity.clone(),
-        )));
-    Ok(sse::response(events))
+        },
+    );
+    let shutdown = state.shutdown.clone().cancelled_owned();
+    let revoked = identity::revoked(state.clone(), caller.identity.clone());
+    let end = async move {
+        tokio::select! {
+            () = shutdown => {}
+            () = revoked => {}
+        }
+    };
+    Ok(sse::response(events, end))
 }

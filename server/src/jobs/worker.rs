@@ -86,6 +86,9 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
     let beating = tokio::spawn(beat(engine.pool.clone(), me, stop_beating.clone()));
     tracing::info!(workers = args.concurrency, %process, "workers running");
     tokio::select! {
+        // Biased: the workers end with the shutdown too, and when both are ready by the time
+        // this is polled, only a stop without one is an error.
+        biased;
         () = shutdown.cancelled() => {}
         () = join_all(&mut workers) => tracing::error!("every worker stopped"),
     }

@@ -110,6 +110,16 @@ async fn two_servers_and_three_workers_share_one_database_through_a_worker_kille
     })
     .await;
     let (pid, process) = running.into_inner().unwrap().unwrap();
+    // Workers give way to the servers on a shared machine: every thread of theirs is niced
+    // (by 10, the default) from where this test runs.
+    let here = niceness(std::process::id());
+    let niced = here.iter().map(|nice| (nice + 10).min(19)).collect();
+    for worker in &workers {
+        assert_eq!(niceness(worker.pid()), niced, "a worker's threads");
+    }
+    for server in &servers {
+        assert_eq!(niceness(server.pid()), here, "a server's threads");
+    }
     let killed = workers.iter().position(|w| w.pid() as i32 == pid).unwrap();
     workers.remove(killed).kill_9();
     gate.open().await;
@@ -135,4 +145,18 @@ async fn two_servers_and_three_workers_share_one_database_through_a_worker_kille
     .await
     .unwrap();
     assert!(lost >= 1, "the killed worker's part was taken over");
+}
+
+/// The niceness of each of the threads of process `pid`, as a set.
+fn niceness(pid: u32) -> std::collections::BTreeSet<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| {
+            // A thread that ended meanwhile (an idle blocking thread) is skipped.
+            let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+            // After the name's closing parenthesis, the niceness is the 17th field.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            Some(fields[16].parse().unwrap())
+        })
+        .collect()
 }
