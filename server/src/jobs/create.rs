@@ -1,4 +1,5 @@
-//! Creating a job: the job row, its first task and the first notification, in one transaction.
+//! Creating a job: the job row (whose insert sends its first notification) and its first task,
+//! in one transaction.
 
 use app::{
     job_types::JobTypeView,
@@ -26,7 +27,6 @@ use crate::{
         items::{self as store_items, AddedBy, NewItem, NotAdded},
         job_types,
         jobs::{self, LiveJobs, NewJob, NewKind, Options},
-        notify,
         queue::{self, Priority, TaskMsg},
         states::{DatasetState, ExportFormat, dataset},
         uploads::{self, Upload},
@@ -463,7 +463,6 @@ async fn follow_ups(
         let child = jobs::insert(conn, owner, None, kind, &options)
             .await?
             .ok_or(sqlx::Error::RowNotFound)?;
-        notify::job_changed(conn, child.id, 1).await?;
         parent = child.id;
         live = Some(child.live);
         next = child_type.follow_up;
@@ -579,7 +578,6 @@ async fn queue_first_task(
                 };
                 queue::push(&mut tx, &[(task, job.ticket)], turn).await?;
             }
-            notify::job_changed(&mut tx, job.id, 1).await?;
             tx.commit().await?;
             (job.id, false)
         }

@@ -83,7 +83,6 @@ pub async fn queue(
         ahead: jobs::ahead(conn, job.id).await?,
     };
     queue::push(conn, &[(task, job.ticket)], turn).await?;
-    notify::job_changed(conn, job.id, 1).await?;
     Ok(job.id)
 }
 

@@ -6,7 +6,10 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, types::Json};
 use uuid::Uuid;
 
-use super::states::{ChunkState, ExportFormat, JobKind, JobStatus, LIVE};
+use super::{
+    notify,
+    states::{ChunkState, ExportFormat, JobKind, JobStatus, LIVE},
+};
 use crate::{
     auth::Sees,
     spreadsheet::{csv::RowFormat, mapping::Mapping, reading::Reading},
@@ -237,8 +240,9 @@ pub enum NewKind<'a> {
     },
 }
 
-/// Inserts a new import, export, delete or items job, `waiting`. `None` when the owner already has a job
-/// with the same dedupe key.
+/// Inserts a new import, export, delete or items job, `waiting`, and announces it (version 1)
+/// in the same statement. `None` when the owner already has a job with the same dedupe key
+/// (nothing is announced).
 pub async fn insert(
     conn: &mut PgConnection,
     owner: Uuid,
@@ -298,7 +302,8 @@ pub async fn insert(
     // holds its owner's lock from before the insert to its commit, and a statement of its own
     // was a round trip more that the owner's other creates waited for (`make bench
     // ONLY=small`). The statement's snapshot does not see the row it inserts: that one is
-    // added.
+    // added. Its announcement is sent by the same statement, for the same reason.
+    let id = Uuid::now_v7();
     let inserted = sqlx::query!(
         r#"insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, format,
                            max_failures_per_item, max_row_errors, max_row_errors_percent,
@@ -312,8 +317,9 @@ pub async fn insert(
               where o.owner = $3 and o.status in ('waiting', 'running')) + 1 as "live_all!",
              (select count(*) from jobs o
               where o.owner = $3 and o.status in ('waiting', 'running') and o.kind <> 'delete')
-                 + (kind <> 'delete')::int as "live_limited!""#,
-        Uuid::now_v7(),
+                 + (kind <> 'delete')::int as "live_limited!",
+             (select true from pg_notify($21, $22)) as "announced!""#,
+        id,
         kind as JobKind,
         owner,
         upload_id,
@@ -333,6 +339,8 @@ pub async fn insert(
         fixes,
         item_count,
         job_type,
+        notify::CHANNEL,
+        notify::announcing(id, 1),
     )
     .fetch_optional(conn)
     .await?;
@@ -346,24 +354,27 @@ pub async fn insert(
     }))
 }
 
-/// Inserts a batch: a parent job, `running` at once, that children join until it is sealed.
-/// `None` as for [`insert`].
+/// Inserts a batch: a parent job, `running` at once, that children join until it is sealed,
+/// and announces it as [`insert`] does. `None` as for [`insert`].
 pub async fn insert_batch(
     conn: &mut PgConnection,
     owner: Uuid,
     options: &Options,
 ) -> sqlx::Result<Option<NewJob>> {
+    let id = Uuid::now_v7();
     let inserted = sqlx::query!(
-        "insert into jobs (id, kind, owner, status, started_at, dedupe_key, callback_url)
+        r#"insert into jobs (id, kind, owner, status, started_at, dedupe_key, callback_url)
          values ($1, $5, $2, $6, now(), $3, $4)
          on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
-         returning id, ticket",
-        Uuid::now_v7(),
+         returning id, ticket, (select true from pg_notify($7, $8)) as "announced!""#,
+        id,
         owner,
         options.dedupe_key,
         options.callback_url,
         JobKind::Batch as JobKind,
         JobStatus::Running as JobStatus,
+        notify::CHANNEL,
+        notify::announcing(id, 1),
     )
     .fetch_optional(&mut *conn)
     .await?;

@@ -27,13 +27,21 @@ pub struct JobChanged {
 /// Announces the job's new version, in the transaction that makes it; this process stops
 /// answering from memory for the job until the announcement comes back (`progress::recent`).
 pub async fn job_changed(conn: &mut PgConnection, id: Uuid, version: i64) -> sqlx::Result<()> {
-    crate::progress::recent::changing(id, version);
-    let payload = serde_json::to_string(&JobChanged { id, version })
-        .expect("a uuid and an integer always serialize");
+    let payload = announcing(id, version);
     sqlx::query!("select 1 as sent from pg_notify($1, $2)", CHANNEL, payload)
         .fetch_one(conn)
         .await?;
     Ok(())
+}
+
+/// The payload that announces the job's new version on [`CHANNEL`], for a statement that
+/// sends it itself (`pg_notify`) as it makes the change (a new job's insert: a round trip
+/// fewer under its owner's lock); as [`job_changed`], this process stops answering from
+/// memory for the job until it comes back.
+pub fn announcing(id: Uuid, version: i64) -> String {
+    crate::progress::recent::changing(id, version);
+    serde_json::to_string(&JobChanged { id, version })
+        .expect("a uuid and an integer always serialize")
 }
 
 /// Announces that these jobs are gone (deleted, or pruned by retention): the version no later
