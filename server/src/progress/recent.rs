@@ -5,8 +5,9 @@
 //! is never older than the notifications this process has heard.
 //!
 //! The transaction that changes a job holds its entry from before its commit
-//! (`store::notify::job_changed` calls [`changing`]), so a client that changed a job through
-//! this process reads the change back at once, whatever it had read before.
+//! (`store::notify::job_changed`, or `notify::announcing` for a new job's insert, calls
+//! [`changing`]), so a client that changed a job through this process reads the change back
+//! at once, whatever it had read before.
 
 use std::{sync::Arc, time::Duration};
 
