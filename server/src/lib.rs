@@ -54,6 +54,10 @@ pub async fn serve(
         serve_metrics(addr, pool.clone(), shutdown.clone()).await?;
     }
     let hub = Hub::start(pool.clone(), shutdown.clone());
+    // The workers' name and run slots, and the lane by which creates hand them small imports.
+    let process = jobs::worker::process_name();
+    let slots = jobs::worker::slots(&args.worker);
+    let (lane, handed) = jobs::lane::new(&process, args.worker.lease(), args.worker.concurrency);
     let state = AppState {
         views: Views::start(pool.clone(), &hub, shutdown.clone()),
         recent: progress::recent::RecentViews::start(&hub, shutdown.clone()),
@@ -76,6 +80,7 @@ pub async fn serve(
                 .context("finding this program, to read workbooks")?,
         ),
         shutdown: shutdown.clone(),
+        lane: (!args.no_workers).then_some(lane),
     };
     let workers = if args.no_workers {
         None
@@ -83,9 +88,11 @@ pub async fn serve(
         // The workers' own connections: HTTP traffic never starves their heartbeats.
         let worker_pool = db::connect_like(&pool, args.worker_db_pool).await?;
         enough_connections(&worker_pool, &args.worker)?;
-        Some(tokio::spawn(work(
+        Some(tokio::spawn(run_workers(
             worker_pool,
             args.worker.clone(),
+            process,
+            (slots, Some(handed)),
             shutdown.clone(),
         )))
     };
@@ -119,10 +126,24 @@ pub async fn work(
     args: WorkerArgs,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let process = jobs::worker::process_name();
+    let slots = jobs::worker::slots(&args);
+    run_workers(pool, args, process, (slots, None), shutdown).await
+}
+
+/// Runs the workers of `process` in its run slots (with the other end of its creates' lane,
+/// in `serve`) until `shutdown` fires.
+async fn run_workers(
+    pool: PgPool,
+    args: WorkerArgs,
+    process: String,
+    (slots, lane): (jobs::lane::Slots, Option<jobs::lane::Receiver>),
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     enough_connections(&pool, &args)?;
     telemetry::watch("workers", pool.clone(), shutdown.clone());
     let engine = Engine::new(pool, &args).context("finding this program, to convert workbooks")?;
-    jobs::worker::run(engine, &args, shutdown).await;
+    jobs::worker::run(engine, &args, process, slots, lane, shutdown).await;
     Ok(())
 }
 

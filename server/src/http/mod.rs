@@ -90,6 +90,9 @@ pub struct AppState {
     pub converter: Arc<std::path::PathBuf>,
     /// Fires on shutdown; open event streams end with it.
     pub shutdown: CancellationToken,
+    /// This process's own workers, which take small imports straight from their creates;
+    /// `None` when it runs none.
+    pub lane: Option<crate::jobs::lane::Lane>,
 }
 
 impl FromRef<AppState> for LeptosOptions {

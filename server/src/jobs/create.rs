@@ -12,6 +12,7 @@ use std::path::Path;
 
 use super::{
     deletion::{self, DeleteError},
+    lane::{self, Lane, Reserved},
     preview::{self, PreviewError},
 };
 use crate::{
@@ -100,10 +101,12 @@ pub struct Import<'a> {
 
 /// Queues the import of one of `owner`'s uploads into their dataset (a new, provisional one
 /// when they have none of that name: it comes into being when the import completes).
-/// `converter` reads a workbook's header when a mapping must be checked against it.
+/// `converter` reads a workbook's header when a mapping must be checked against it. A small
+/// file goes to this process's own workers through `lane` when it has a place free.
 pub async fn import(
     pool: &PgPool,
     converter: &Path,
+    lane: Option<&Lane>,
     owner: Uuid,
     import: Import<'_>,
     options: &Options,
@@ -157,7 +160,12 @@ pub async fn import(
         dry_run,
         fixes,
     };
-    let inserted = jobs::insert(&mut tx, owner, Some(dataset_id), kind, &options)
+    // A place in the lane, taken under the owner's lock (a create waiting for it holds none).
+    let handing = lane.and_then(|lane| Some((lane, lane.reserve(upload.size)?)));
+    let lease = handing
+        .as_ref()
+        .map(|(lane, reserved)| lane.lease(reserved));
+    let inserted = jobs::insert(&mut tx, owner, Some(dataset_id), kind, &options, lease)
         .await
         .map_err(|err| match err {
             // Retention removed the file (unused for as long as files are kept) just now.
@@ -167,7 +175,11 @@ pub async fn import(
             err => err.into(),
         })?;
     let plan = |job_id| Some(TaskMsg::Plan { job_id });
-    queue_first_task(pool, tx, owner, &options, inserted, plan).await
+    let first = FirstTask {
+        task: &plan,
+        handing,
+    };
+    queue_first_task(pool, tx, owner, &options, inserted, first).await
 }
 
 /// Declares a dataset of `owner`'s: `ready` at once, with its columns and key. `None` when they
@@ -291,9 +303,17 @@ pub async fn export(
     }
     join_batch(&mut tx, owner, &options).await?;
     let kind = NewKind::Export { format };
-    let inserted = jobs::insert(&mut tx, owner, Some(dataset_id), kind, &options).await?;
+    let inserted = jobs::insert(&mut tx, owner, Some(dataset_id), kind, &options, None).await?;
     let plan = |job_id| Some(TaskMsg::ExportPlan { job_id });
-    queue_first_task(pool, tx, owner, &options, inserted, plan).await
+    queue_first_task(
+        pool,
+        tx,
+        owner,
+        &options,
+        inserted,
+        FirstTask::queued(&plan),
+    )
+    .await
 }
 
 /// An export's file format from its word in a request.
@@ -388,7 +408,7 @@ pub async fn items(
         job_type: &job_type.name,
         max_failures_per_item: job_type.max_failures_per_item,
     };
-    let mut inserted = jobs::insert(&mut tx, owner, None, kind, &options).await?;
+    let mut inserted = jobs::insert(&mut tx, owner, None, kind, &options, None).await?;
     let mut added = 0;
     if let Some(job) = &mut inserted {
         if !items.is_empty() {
@@ -409,7 +429,7 @@ pub async fn items(
             job.live = live;
         }
     }
-    let created = queue_first_task(pool, tx, owner, &options, inserted, |_| None).await?;
+    let created = queue_first_task(pool, tx, owner, &options, inserted, FirstTask::NONE).await?;
     after_items_added(pool, added);
     Ok(created)
 }
@@ -460,7 +480,7 @@ async fn follow_ups(
             parent_id: Some(parent),
             ..Options::default()
         };
-        let child = jobs::insert(conn, owner, None, kind, &options)
+        let child = jobs::insert(conn, owner, None, kind, &options, None)
             .await?
             .ok_or(sqlx::Error::RowNotFound)?;
         parent = child.id;
@@ -478,7 +498,7 @@ pub async fn batch(pool: &PgPool, owner: Uuid, options: &Options) -> Result<Crea
     jobs::hold_owners_jobs(&mut tx, owner).await?;
     let inserted = jobs::insert_batch(&mut tx, owner, options).await?;
     // A batch has no task of its own: batch settlement (`maintenance::batches`) ends it.
-    queue_first_task(pool, tx, owner, options, inserted, |_| None).await
+    queue_first_task(pool, tx, owner, options, inserted, FirstTask::NONE).await
 }
 
 /// Checks that the job's batch, if it names one, is the owner's and takes children, and holds
@@ -550,17 +570,41 @@ fn with_dataset_order(options: &Options, owner: Uuid, dataset: &str) -> Options 
     }
 }
 
-/// Queues the new job's first task (if it has one) and commits; or, when the insert met the
-/// owner's job with the same dedupe key, drops this request's changes and answers with that
-/// job. The owner's live jobs were counted by the insert, under the owner's lock, which the
-/// caller has held since its transaction began.
+/// A new job's first task, if it has one (by the job's id); and the lane and run slot its
+/// insert took a lease for, if it did.
+struct FirstTask<'a> {
+    task: &'a (dyn Fn(Uuid) -> Option<TaskMsg> + Sync),
+    handing: Option<(&'a Lane, Reserved)>,
+}
+
+impl<'a> FirstTask<'a> {
+    /// No task: a batch's, or a job of a registered type's (its items are claimed).
+    const NONE: Self = Self {
+        task: &|_| None,
+        handing: None,
+    };
+
+    /// A task that is queued.
+    fn queued(task: &'a (dyn Fn(Uuid) -> Option<TaskMsg> + Sync)) -> Self {
+        Self {
+            task,
+            handing: None,
+        }
+    }
+}
+
+/// Queues the new job's first task (if it has one) and commits, or hands it to this process's
+/// workers when its insert leased it ([`lane`]); or, when the insert met the owner's job with
+/// the same dedupe key, drops this request's changes and answers with that job. The owner's
+/// live jobs were counted by the insert, under the owner's lock, which the caller has held
+/// since its transaction began.
 async fn queue_first_task(
     pool: &PgPool,
     mut tx: Transaction<'_, Postgres>,
     owner: Uuid,
     options: &Options,
     inserted: Option<NewJob>,
-    first_task: impl Fn(Uuid) -> Option<TaskMsg>,
+    first: FirstTask<'_>,
 ) -> Result<Created, CreateError> {
     let (job_id, replayed) = match inserted {
         Some(job) => {
@@ -571,7 +615,11 @@ async fn queue_first_task(
                 tx.rollback().await?;
                 return Err(CreateError::TooManyActive { limit });
             }
-            if let Some(task) = first_task(job.id) {
+            // Leased by its insert: handed to this process's workers, with no message.
+            let handed = first.handing.zip(job.leased_max_attempts);
+            if handed.is_none()
+                && let Some(task) = (first.task)(job.id)
+            {
                 // The new job is the owner's newest live one: the others are ahead of it.
                 let turn = Priority::Turn {
                     ahead: live.all - 1,
@@ -579,6 +627,11 @@ async fn queue_first_task(
                 queue::push(&mut tx, &[(task, job.ticket)], turn).await?;
             }
             tx.commit().await?;
+            if let Some(((lane, reserved), max_attempts)) = handed
+                && let Err(lease) = lane.hand(reserved, job.id, max_attempts)
+            {
+                lane::give_back(pool, &lease).await;
+            }
             (job.id, false)
         }
         None => (deduped(pool, tx, owner, options).await?, true),

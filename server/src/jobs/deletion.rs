@@ -75,9 +75,16 @@ pub async fn queue(
     let kind = NewKind::Delete {
         rows: doomed.row_count,
     };
-    let job = jobs::insert(conn, owner, Some(doomed.id), kind, &Options::default())
-        .await?
-        .ok_or(sqlx::Error::RowNotFound)?;
+    let job = jobs::insert(
+        conn,
+        owner,
+        Some(doomed.id),
+        kind,
+        &Options::default(),
+        None,
+    )
+    .await?
+    .ok_or(sqlx::Error::RowNotFound)?;
     let task = TaskMsg::DeleteRows { job_id: job.id };
     let turn = Priority::Turn {
         ahead: jobs::ahead(conn, job.id).await?,

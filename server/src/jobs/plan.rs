@@ -113,7 +113,7 @@ async fn start(tx: &mut PgConnection, job_id: Uuid) -> sqlx::Result<()> {
 /// in the plan's first transaction when they are one chunk: a small job pays for one task and
 /// one transaction, not a plan and a chunk each with its queue round trip, lease and
 /// transactions (`make bench ONLY=small`).
-const SMALL_FILE: u64 = uploads::PART_BYTES as u64;
+pub(super) const SMALL_FILE: u64 = uploads::PART_BYTES as u64;
 
 /// Imports a file of one chunk in `tx`, which holds the job's lock: its format, its chunk
 /// recorded done with its rows, the job started, sealed, counted, its plan's lease given back

@@ -1,6 +1,9 @@
 //! Running workers: apalis fetches task messages from PostgreSQL and hands them to
 //! [`handle`]; [`Runner`] runs each under a lease; [`super::maintenance`] replaces what is lost;
-//! [`super::callbacks`] sends completion callbacks from a loop of its own.
+//! [`super::callbacks`] sends completion callbacks from a loop of its own. In `serve`, creates
+//! also hand small imports on directly, leased by their insert ([`super::lane`],
+//! [`take_handed`]). Every run holds one of the process's run slots (as many as its
+//! concurrency), whichever way it came.
 //!
 //! A message only says "this item may be due". The run takes the item's lease (counting an
 //! attempt; nothing to do if the item is leased, done or not yet due), renews it every
@@ -11,7 +14,8 @@
 //!
 //! Guards against apalis-postgres 1.0's known defects (see `docs/architecture.md`):
 //! - names are unique per process start, so a restarted process never shadows its dead self;
-//! - a batch size of 1, so a fetched task never waits behind a busy slot without a heartbeat;
+//! - a batch size of 1, so a fetched task never waits behind a busy slot without a heartbeat
+//!   (it may wait for a run slot while handed small imports hold them all: one small run);
 //! - pub/sub *and* a 1 s poll, because re-queued tasks send no NOTIFY;
 //! - every run is its own tokio task, so a panic fails that attempt instead of silently
 //!   stopping the worker;
@@ -30,7 +34,11 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::{Done, Engine, Run, TaskError, chunk, deletion, export, maintenance, plan};
+use super::{
+    Done, Engine, Run, TaskError, chunk, deletion, export,
+    lane::{self, Handed, Slots},
+    maintenance, plan,
+};
 use crate::{
     config::WorkerArgs,
     incident,
@@ -44,14 +52,33 @@ use crate::{
     telemetry,
 };
 
-/// Runs workers and the maintenance duties until `shutdown` fires, then drains (see the module docs).
-pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken) {
-    let host = host_name();
-    let process = format!(
-        "{host}-{}-{}",
+/// The run slots of workers running `args`: as many as their concurrency.
+pub fn slots(args: &WorkerArgs) -> Slots {
+    std::sync::Arc::new(tokio::sync::Semaphore::new(args.concurrency.max(1)))
+}
+
+/// This process's name among workers, unique per start: the prefix of its lease owners.
+pub fn process_name() -> String {
+    format!(
+        "{}-{}-{}",
+        host_name(),
         std::process::id(),
         &Uuid::new_v4().simple().to_string()[..8]
-    );
+    )
+}
+
+/// Runs workers and the maintenance duties until `shutdown` fires, then drains (see the module
+/// docs). `process` is [`process_name`]; the runs take `slots` ([`slots`] of `args`); `lane`
+/// brings the jobs this process's creates hand on ([`super::lane`]), if it makes any.
+pub async fn run(
+    engine: Engine,
+    args: &WorkerArgs,
+    process: String,
+    slots: Slots,
+    lane: Option<lane::Receiver>,
+    shutdown: CancellationToken,
+) {
+    let host = host_name();
     let me = processes::Beat {
         process: process.clone(),
         host,
@@ -69,6 +96,7 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
         heartbeat: args.heartbeat(),
         stop_all: CancellationToken::new(),
         runs: TaskTracker::new(),
+        slots,
     };
     let mut workers = JoinSet::new();
     for slot in 0..args.concurrency.max(1) {
@@ -78,6 +106,9 @@ pub async fn run(engine: Engine, args: &WorkerArgs, shutdown: CancellationToken)
             args.lease(),
             shutdown.clone(),
         ));
+    }
+    if let Some(lane) = lane {
+        workers.spawn(take_handed(runner.clone(), lane, shutdown.clone()));
     }
     maintenance::spawn(&mut workers, &engine.pool, args, &shutdown);
     // Not one of `workers`, nor stopped by `shutdown`: it beats while anything runs, through
@@ -185,14 +216,57 @@ async fn fetch(runner: Runner, name: String, lease: Duration, shutdown: Cancella
     }
 }
 
+/// Runs the jobs this process's creates hand on ([`super::lane`]), each once it has a run
+/// slot, until `shutdown`; then gives back the leases of those not begun, so that other workers
+/// run them at once.
+async fn take_handed(runner: Runner, mut lane: lane::Receiver, shutdown: CancellationToken) {
+    loop {
+        let handed = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            handed = lane.recv() => handed,
+        };
+        let Some(handed) = handed else { break };
+        let slot = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => {
+                lane::give_back(&runner.engine.pool, &handed.lease).await;
+                break;
+            }
+            slot = runner.slots.clone().acquire_owned() => slot.expect("never closed"),
+        };
+        let task = handed.task();
+        let span = task_span(&task);
+        let runner_ = runner.clone();
+        runner.runs.spawn(
+            async move {
+                runner_.run_handed(handed).await;
+                drop(slot);
+            }
+            .instrument(span),
+        );
+    }
+    lane.close();
+    while let Some(handed) = lane.recv().await {
+        lane::give_back(&runner.engine.pool, &handed.lease).await;
+    }
+}
+
 /// Runs one message's item (see the module docs). Always `Ok`: our tables keep attempts.
 async fn handle(task: TaskMsg, runner: Data<Runner>) -> Result<(), BoxDynError> {
     let runner = (*runner).clone();
     let span = task_span(&task);
+    // The slots are shared with the runs creates hand on: a run waits here only while those
+    // (small imports) hold every slot.
+    let slot = runner.slots.clone().acquire_owned().await?;
     // Tracked outside apalis, so shutdown waits for the run even if apalis lets go of it.
     let run = runner.runs.spawn({
         let runner = runner.clone();
-        async move { runner.run(task).await }.instrument(span)
+        async move {
+            runner.run(task).await;
+            drop(slot);
+        }
+        .instrument(span)
     });
     if let Err(err) = run.await {
         tracing::error!("a run crashed outside its item: {err}");
@@ -227,6 +301,8 @@ struct Runner {
     /// Stops every run: the shutdown grace is over.
     stop_all: CancellationToken,
     runs: TaskTracker,
+    /// A run holds one of these from before it begins to its end ([`lane::Slots`]).
+    slots: Slots,
 }
 
 impl Runner {
@@ -244,6 +320,35 @@ impl Runner {
                 return;
             }
         };
+        self.run_leased(task, lease).await;
+    }
+
+    /// Runs a job its create handed on. One that waited for a slot for a heartbeat or more
+    /// renews its lease first (the run's own first renewal comes a heartbeat after it begins),
+    /// and is given back if that fails: a lease lost meanwhile was rescued, and the job runs
+    /// elsewhere.
+    async fn run_handed(&self, handed: Handed) {
+        let task = handed.task();
+        let Handed {
+            lease, leased_at, ..
+        } = handed;
+        if leased_at.elapsed() >= self.heartbeat {
+            let renewed = leases::renew(&self.engine.pool, &lease, self.lease).await;
+            if !matches!(renewed, Ok(true)) {
+                tracing::warn!(
+                    ?task,
+                    "a handed job's lease could not be renewed: {renewed:?}"
+                );
+                lane::give_back(&self.engine.pool, &lease).await;
+                return;
+            }
+        }
+        self.run_leased(task, lease).await;
+    }
+
+    /// Runs `task` under `lease`, taken for it, renewing the lease while it runs, and records
+    /// how the run ended.
+    async fn run_leased(&self, task: TaskMsg, lease: Lease) {
         let stop = self.stop_all.child_token();
         let started = std::time::Instant::now();
         let heartbeat = tokio::spawn(

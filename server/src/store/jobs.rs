@@ -202,7 +202,8 @@ pub struct Options {
     pub active_jobs_limit: Option<i64>,
 }
 
-/// A job just inserted, and the ticket of its first message (see [`super::leases`]).
+/// A job just inserted, and the ticket of its first message (see [`super::leases`]; unused when
+/// its insert leased it: it gets a message only if requeueing queues one).
 #[derive(Debug, Clone, Copy)]
 pub struct NewJob {
     pub id: Uuid,
@@ -211,6 +212,16 @@ pub struct NewJob {
     /// limit and the job's turn are checked against, under the owner's lock when the caller
     /// holds it ([`hold_owners_jobs`]).
     pub live: LiveJobs,
+    /// Its step was leased by the insert ([`NewLease`]): the attempts the lease may take.
+    pub leased_max_attempts: Option<i32>,
+}
+
+/// A lease of a new job's step, taken by its insert for a run of the creating process.
+#[derive(Debug, Clone, Copy)]
+pub struct NewLease<'a> {
+    /// The run's lease owner (`<process>/<run>`).
+    pub owner: &'a str,
+    pub ttl: std::time::Duration,
 }
 
 /// What only one kind of job has.
@@ -249,6 +260,7 @@ pub async fn insert(
     dataset_id: Option<Uuid>,
     kind: NewKind<'_>,
     options: &Options,
+    lease: Option<NewLease<'_>>,
 ) -> sqlx::Result<Option<NewJob>> {
     let item_count = match kind {
         NewKind::Delete { rows } => Some(rows),
@@ -303,22 +315,49 @@ pub async fn insert(
     // was a round trip more that the owner's other creates waited for (`make bench
     // ONLY=small`). The statement's snapshot does not see the row it inserts: that one is
     // added. Its announcement is sent by the same statement, for the same reason.
+    //
+    // With `lease`, the job's step is leased to that run by the insert when the job is first in
+    // line for its serialize key (which the caller's create holds the lock of), and the run is
+    // recorded, as `leases::acquire` would: the caller hands the job to its own process's
+    // workers (`jobs::lane`).
     let id = Uuid::now_v7();
+    let (lease_owner, lease_secs) = lease.map_or((None, 0.0), |lease| {
+        (Some(lease.owner), lease.ttl.as_secs_f64())
+    });
     let inserted = sqlx::query!(
-        r#"insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, format,
-                           max_failures_per_item, max_row_errors, max_row_errors_percent,
-                           dedupe_key, serialize_key, parent_id, callback_url, source_filename,
-                           reading, mapping, dry_run, fixes, item_count, job_type)
-         values ($1, $2, $3, $4, $5, $6, $7, coalesce($8, 5), $9, $10, $11, $12, $13, $14,
-                 (select filename from uploads where id = $4), $15, $16, $17, $18, $19, $20)
-         on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
-         returning id, ticket,
+        r#"with line as (
+               select $23::text is not null and ($12::text is null or not exists (
+                   select 1 from jobs o
+                   where o.serialize_key = $12 and o.status in ('waiting', 'running')))
+                   as leased
+           ),
+           job as (
+               insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, format,
+                                 max_failures_per_item, max_row_errors, max_row_errors_percent,
+                                 dedupe_key, serialize_key, parent_id, callback_url,
+                                 source_filename, reading, mapping, dry_run, fixes, item_count,
+                                 job_type, lease_owner, lease_expires_at, attempts)
+               select $1, $2, $3, $4, $5, $6, $7, coalesce($8, 5), $9, $10, $11, $12, $13, $14,
+                      (select filename from uploads where id = $4), $15, $16, $17, $18, $19,
+                      $20, case when leased then $23 end,
+                      case when leased then clock_timestamp() + make_interval(secs => $24) end,
+                      leased::int
+               from line
+               on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
+               returning id, ticket, kind, lease_owner, max_failures_per_item
+           ),
+           run as (insert into job_runs (run, job_id, attempt, started_at)
+                   select lease_owner, id, 1, clock_timestamp() from job
+                   where lease_owner is not null)
+         select id, ticket,
              (select count(*) from jobs o
               where o.owner = $3 and o.status in ('waiting', 'running')) + 1 as "live_all!",
              (select count(*) from jobs o
               where o.owner = $3 and o.status in ('waiting', 'running') and o.kind <> 'delete')
                  + (kind <> 'delete')::int as "live_limited!",
-             (select true from pg_notify($21, $22)) as "announced!""#,
+             lease_owner is not null as "leased!", max_failures_per_item,
+             (select true from pg_notify($21, $22)) as "announced!"
+         from job"#,
         id,
         kind as JobKind,
         owner,
@@ -341,6 +380,8 @@ pub async fn insert(
         job_type,
         notify::CHANNEL,
         notify::announcing(id, 1),
+        lease_owner,
+        lease_secs,
     )
     .fetch_optional(conn)
     .await?;
@@ -351,6 +392,7 @@ pub async fn insert(
             all: row.live_all,
             limited: row.live_limited,
         },
+        leased_max_attempts: row.leased.then_some(row.max_failures_per_item),
     }))
 }
 
@@ -385,6 +427,7 @@ pub async fn insert_batch(
         id: batch.id,
         ticket: batch.ticket,
         live: live_jobs(conn, owner).await?,
+        leased_max_attempts: None,
     }))
 }
 

@@ -501,7 +501,7 @@ async fn a_job_made_as_retention_removes_its_file_is_told_the_file_is_gone() {
         &db,
         "the job's insert to wait for the file",
         "select count(*) from pg_stat_activity where datname = current_database()
-         and wait_event_type = 'Lock' and query like 'insert into jobs%'",
+         and wait_event_type = 'Lock' and query like '%insert into jobs%'",
     )
     .await;
     sqlx::query("delete from uploads where id = $1")

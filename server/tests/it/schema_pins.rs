@@ -10,7 +10,7 @@ use server::store::{
 };
 use sqlx::PgPool;
 
-use crate::support::{TestDb, TestServer, csv, until, worker_args};
+use crate::support::{TestDb, TestServer, WorkerProcess, csv, until};
 
 async fn labels(pool: &PgPool, type_name: &str) -> Vec<String> {
     sqlx::query_scalar(
@@ -139,7 +139,10 @@ async fn apalis_fetch_keeps_its_plan_and_done_messages_let_go_of_their_workers()
     .unwrap();
     assert_eq!(language, "plpgsql");
 
-    let server = TestServer::start(&db, Some(worker_args(100))).await;
+    // A server without workers queues a message for every job (its own workers would take a
+    // small import without one: `jobs::lane`), which a worker process runs.
+    let server = TestServer::start(&db, None).await;
+    let _worker = WorkerProcess::start(&db, 100);
     let job = server.import("small.csv", csv(3), "small").await;
     assert_eq!(server.finished(job.id).await.status, JobStatus::Completed);
     // apalis acknowledges a message after its task returned: after the job completed.

@@ -6,8 +6,14 @@ use app::{
     auth::Role,
     model::{JobStatus, JobView},
 };
+use std::time::Duration;
+
 use reqwest::Client;
 use serde_json::json;
+use server::{
+    jobs::{create, lane},
+    store::jobs::Options,
+};
 use uuid::Uuid;
 
 use crate::support::{
@@ -50,7 +56,8 @@ async fn a_file_of_one_chunk_is_imported_by_its_plan_in_one_task() {
     assert_eq!(done.status, JobStatus::Completed);
     assert_eq!((done.rows_ok, done.item_count), (40, Some(40)));
     assert_eq!((done.chunks_done, done.chunks_total), (1, 1));
-    assert_eq!(tasks_of(&db, job.id).await, ["plan"]);
+    // Handed by its create to the server's own workers (`jobs::lane`): no message at all.
+    assert_eq!(tasks_of(&db, job.id).await, Vec::<String>::new());
     // The import's transaction also gave the plan's lease back and ended its run: the run
     // ended when the job started (both are that transaction's `now()`).
     let run: (bool, bool, String) = sqlx::query_as(
@@ -109,10 +116,7 @@ async fn a_file_of_one_chunk_is_imported_by_its_plan_in_one_task() {
     let done = server.finished(job.id).await;
     assert_eq!((done.status, done.rows_ok), (JobStatus::Completed, 250));
     assert_eq!(done.chunks_total, 3);
-    assert_eq!(
-        tasks_of(&db, job.id).await,
-        ["plan", "chunk", "chunk", "chunk"]
-    );
+    assert_eq!(tasks_of(&db, job.id).await, ["chunk", "chunk", "chunk"]);
     server.stop().await;
 }
 
@@ -126,8 +130,9 @@ async fn a_small_file_whose_rows_cannot_be_written_fails_as_a_part_and_retry_run
     let job = server.import_with("small.csv", csv(5), request).await;
     let failed = server.finished(job.id).await;
     assert_eq!(failed.status, JobStatus::Failed);
-    // Importing at once failed: the plan queued its chunk as a task of its own, which failed.
-    assert_eq!(tasks_of(&db, job.id).await, ["plan", "chunk"]);
+    // Importing at once failed: the plan (handed on, with no message) queued its chunk as a
+    // task of its own, which failed.
+    assert_eq!(tasks_of(&db, job.id).await, ["chunk"]);
     assert_eq!(failed.failed_parts.len(), 1);
     assert_eq!(failed.failed_parts[0].row_count, 5);
 
@@ -293,5 +298,91 @@ async fn a_deletion_takes_its_turn_at_create_and_when_queued_again() {
     // Queued again, by the requeue round, each keeps the place it was created with.
     queued_again(&db, &[deletion, import]).await;
     assert_eq!(priorities(&db, &[deletion, import]).await, turns);
+    server.stop().await;
+}
+
+/// A small import's create hands it to its own process's workers (`jobs::lane`) with the lease
+/// taken by its insert and no message; a job not first in line for its dataset is queued as
+/// before. If that process never runs what it was handed (it died), the lease runs out, lease
+/// rescue frees the job and another process's worker runs it: our tables, not the lane, are
+/// the truth.
+#[tokio::test]
+async fn a_handed_job_its_process_never_runs_is_rescued_and_run_by_another() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let id_of = |upload: serde_json::Value| Uuid::parse_str(upload["id"].as_str().unwrap());
+    let first = id_of(server.upload("a.csv", csv(10)).await).unwrap();
+    let second = id_of(server.upload("b.csv", csv(20)).await).unwrap();
+    let owner: Uuid = sqlx::query_scalar("select owner from uploads where id = $1")
+        .bind(first)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    // A process that takes jobs and never runs them.
+    let (lane, _never_read) = lane::new("gone-1-deadbeef", Duration::from_secs(1), 2);
+    let import = |upload_id| create::Import {
+        upload_id,
+        dataset: "handed",
+        sheet: None,
+        reading: Default::default(),
+        mapping: None,
+        dry_run: false,
+        fixes: None,
+        new_dataset: None,
+    };
+    let options = Options::default();
+    let unused = std::path::Path::new("unused");
+    let create = |upload_id| {
+        create::import(
+            &db.pool,
+            unused,
+            Some(&lane),
+            owner,
+            import(upload_id),
+            &options,
+        )
+    };
+    let handed = create(first).await.unwrap().job.id;
+    let queued = create(second).await.unwrap().job.id;
+
+    let leased = |job_id| {
+        sqlx::query_scalar::<_, Option<String>>("select lease_owner from jobs where id = $1")
+            .bind(job_id)
+            .fetch_one(&db.pool)
+    };
+    assert!(
+        leased(handed)
+            .await
+            .unwrap()
+            .unwrap()
+            .starts_with("gone-1-deadbeef/")
+    );
+    assert_eq!(tasks_of(&db, handed).await, Vec::<String>::new());
+    // Behind the first in its dataset's line: not leased, queued with a message.
+    assert_eq!(leased(queued).await.unwrap(), None);
+    assert_eq!(tasks_of(&db, queued).await, ["plan"]);
+
+    let _worker = WorkerProcess::start(&db, 100);
+    let done = server.finished(handed).await;
+    assert_eq!((done.status, done.rows_ok), (JobStatus::Completed, 10));
+    let done = server.finished(queued).await;
+    assert_eq!((done.status, done.rows_ok), (JobStatus::Completed, 20));
+    // The handed run was ended as lost when its lease was rescued; a worker's run imported it.
+    let runs: Vec<(String, i32, String)> = sqlx::query_as(
+        "select split_part(run, '/', 1), attempt, outcome::text from job_runs
+         where job_id = $1 order by id",
+    )
+    .bind(handed)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(
+        runs[0],
+        ("gone-1-deadbeef".to_owned(), 1, "lost".to_owned())
+    );
+    assert_ne!(runs[1].0, "gone-1-deadbeef");
+    assert_eq!((runs[1].1, runs[1].2.as_str()), (2, "ok"));
+    assert_eq!(tasks_of(&db, handed).await, ["plan"]);
     server.stop().await;
 }
