@@ -570,8 +570,8 @@ fn with_dataset_order(options: &Options, owner: Uuid, dataset: &str) -> Options 
     }
 }
 
-/// A new job's first task, if it has one (by the job's id); and the lane and run slot its
-/// insert took a lease for, if it did.
+/// A new job's first task, if it has one (by the job's id); and the lane and the place in it
+/// its insert took a lease for, if it did.
 struct FirstTask<'a> {
     task: &'a (dyn Fn(Uuid) -> Option<TaskMsg> + Sync),
     handing: Option<(&'a Lane, Reserved)>,

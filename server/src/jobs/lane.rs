@@ -2,22 +2,23 @@
 //! workers, goes straight to those workers. Its insert leases the job's step to a run of this
 //! process and records the run (`store::jobs::insert` with a `NewLease`), and no queue message
 //! is written: the job skips apalis's insert (under its owner's lock), fetch and
-//! acknowledgement and the lease's own statement (`make bench ONLY=small`: 216–218 jobs/s
-//! before, 286–327 after, runs alternated).
+//! acknowledgement and the lease's own statement (`make bench ONLY=small`, 10,000 jobs: 223–262
+//! jobs/s before, 263–278 after, runs alternated).
 //!
 //! A create takes one of the lane's places ([`PLACES_PER_SLOT`] for each task the workers run
-//! at once) under its owner's lock, before the job's insert; a handed job then waits for one
-//! of the workers' run slots ([`Slots`], which the tasks they fetch take too, first come first
-//! served), so the process never runs more tasks at once than its concurrency, and a handed
-//! job waits for at most a few small runs of each slot. With no place free (or no workers in the process: `serve
-//! --no-workers`, `server worker`), or when the job is not first in line for its serialize key,
-//! the create queues a message with its owner's turn as before.
+//! at once) under its owner's lock, before the job's insert, and holds it until the job's run
+//! ends; a handed job waits for one of the workers' run slots ([`Slots`], which the tasks they
+//! fetch take too, first come first served), so the process never runs more tasks at once than
+//! its concurrency. With no place free (or no workers in the process: `serve --no-workers`,
+//! `server worker`), or when the job is not first in line for its serialize key, the create
+//! queues a message with its owner's turn as before.
 //!
 //! Our tables stay the truth. A handed job is leased like any running item: if the process
 //! dies before its run ends, the lease runs out, lease rescue frees the job and requeueing
-//! queues it as it queues any item without a message. A job that waited for a slot longer than
-//! a heartbeat renews its lease before its run begins (and is given back if it lost it); one
-//! that cannot be handed (the workers stopped) has its lease given back by its create.
+//! queues it as it queues any item without a message. A job that finds no slot within a
+//! heartbeat is given back (so a lease never runs out while it waits), one that began late
+//! renews its lease first, and one that cannot be handed (the workers stopped) is given back by
+//! its create: each is then queued, with its owner's turn.
 
 use std::{sync::Arc, time::Instant};
 
@@ -31,9 +32,10 @@ use crate::store::{
     queue::TaskMsg,
 };
 
-/// Places in the lane for each run slot. With one, creates that found every place taken (by
-/// jobs waiting for a slot a moment) queued their jobs instead: `make bench ONLY=small` ran at
-/// 227–269 jobs/s, against 212–231 without the lane and 286–327 with four, runs alternated.
+/// Places in the lane for each run slot (a place is held from the insert to the run's end).
+/// With one, creates often found every place taken and queued their jobs instead: `make bench
+/// ONLY=small` (5,000 jobs) ran at 227–269 jobs/s, against 212–231 without the lane and
+/// 272–276 with four, runs alternated.
 pub const PLACES_PER_SLOT: usize = 4;
 
 /// The run slots of one process's workers: a run holds one from before it begins to its end.
@@ -51,7 +53,7 @@ pub struct Lane {
     ttl: std::time::Duration,
 }
 
-/// A place in the lane, held from before a job's insert until its run takes a slot.
+/// A place in the lane, held from before a job's insert until its run ends.
 pub struct Reserved {
     place: OwnedSemaphorePermit,
     owner: String,
@@ -61,7 +63,7 @@ pub struct Reserved {
 /// A job whose step its insert leased, to run in the next free slot.
 pub struct Handed {
     pub lease: Lease,
-    /// Given up when its run takes a slot.
+    /// Given up when its run ends.
     pub place: OwnedSemaphorePermit,
     /// Before its insert leased it.
     pub leased_at: Instant,

@@ -15,7 +15,7 @@
 //! Guards against apalis-postgres 1.0's known defects (see `docs/architecture.md`):
 //! - names are unique per process start, so a restarted process never shadows its dead self;
 //! - a batch size of 1, so a fetched task never waits behind a busy slot without a heartbeat
-//!   (it may wait for a run slot while handed small imports hold them all: one small run);
+//!   (it waits for one of the shared run slots only while all are taken);
 //! - pub/sub *and* a 1 s poll, because re-queued tasks send no NOTIFY;
 //! - every run is its own tokio task, so a panic fails that attempt instead of silently
 //!   stopping the worker;
@@ -218,7 +218,9 @@ async fn fetch(runner: Runner, name: String, lease: Duration, shutdown: Cancella
 
 /// Runs the jobs this process's creates hand on ([`super::lane`]), each once it has a run
 /// slot, until `shutdown`; then gives back the leases of those not begun, so that other workers
-/// run them at once.
+/// run them at once. A job that finds no slot within a heartbeat of its lease (every slot busy
+/// with longer tasks) is given back too, long before its lease could run out: requeueing then
+/// queues it with its owner's turn.
 async fn take_handed(runner: Runner, mut lane: lane::Receiver, shutdown: CancellationToken) {
     loop {
         let handed = tokio::select! {
@@ -227,6 +229,7 @@ async fn take_handed(runner: Runner, mut lane: lane::Receiver, shutdown: Cancell
             handed = lane.recv() => handed,
         };
         let Some(handed) = handed else { break };
+        let too_late = tokio::time::Instant::from_std(handed.leased_at + runner.heartbeat);
         let slot = tokio::select! {
             biased;
             () = shutdown.cancelled() => {
@@ -234,6 +237,10 @@ async fn take_handed(runner: Runner, mut lane: lane::Receiver, shutdown: Cancell
                 break;
             }
             slot = runner.slots.clone().acquire_owned() => slot.expect("never closed"),
+            () = tokio::time::sleep_until(too_late) => {
+                lane::give_back(&runner.engine.pool, &handed.lease).await;
+                continue;
+            }
         };
         let task = handed.task();
         let span = task_span(&task);
@@ -256,8 +263,8 @@ async fn take_handed(runner: Runner, mut lane: lane::Receiver, shutdown: Cancell
 async fn handle(task: TaskMsg, runner: Data<Runner>) -> Result<(), BoxDynError> {
     let runner = (*runner).clone();
     let span = task_span(&task);
-    // The slots are shared with the runs creates hand on: a run waits here only while those
-    // (small imports) hold every slot.
+    // The slots are shared with the runs creates hand on, first come first served: a run
+    // waits here only while every slot is taken.
     let slot = runner.slots.clone().acquire_owned().await?;
     // Tracked outside apalis, so shutdown waits for the run even if apalis lets go of it.
     let run = runner.runs.spawn({
@@ -330,7 +337,9 @@ impl Runner {
     async fn run_handed(&self, handed: Handed) {
         let task = handed.task();
         let Handed {
-            lease, leased_at, ..
+            lease,
+            leased_at,
+            place,
         } = handed;
         if leased_at.elapsed() >= self.heartbeat {
             let renewed = leases::renew(&self.engine.pool, &lease, self.lease).await;
@@ -344,6 +353,8 @@ impl Runner {
             }
         }
         self.run_leased(task, lease).await;
+        // Held to the run's end: places bound the handed jobs waiting and running.
+        drop(place);
     }
 
     /// Runs `task` under `lease`, taken for it, renewing the lease while it runs, and records

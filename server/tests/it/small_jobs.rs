@@ -386,3 +386,33 @@ async fn a_handed_job_its_process_never_runs_is_rescued_and_run_by_another() {
     assert_eq!(tasks_of(&db, handed).await, ["plan"]);
     server.stop().await;
 }
+
+/// A handed job that finds every run slot busy for a heartbeat is given back (its run ended
+/// `stopped`, its attempt not counted) and queued, long before its lease could run out: it runs
+/// once a slot frees, with its owner's turn.
+#[tokio::test]
+async fn a_handed_job_that_finds_no_slot_is_given_back_and_queued() {
+    let db = TestDb::new().await;
+    let mut args = worker_args(100);
+    args.concurrency = 1;
+    let server = TestServer::start(&db, Some(args)).await;
+    // Each row takes 50 ms to write: the first import holds the one slot for a second.
+    install_trigger(&db, "perform pg_sleep(0.05);").await;
+    let busy = server.import("a.csv", csv(20), "busy").await;
+    let waiting = server.import("b.csv", csv(20), "waiting").await;
+
+    for job in [busy.id, waiting.id] {
+        let done = server.finished(job).await;
+        assert_eq!((done.status, done.rows_ok), (JobStatus::Completed, 20));
+    }
+    assert_eq!(tasks_of(&db, busy.id).await, Vec::<String>::new());
+    assert_eq!(tasks_of(&db, waiting.id).await, ["plan"]);
+    let runs: Vec<(i32, String)> =
+        sqlx::query_as("select attempt, outcome::text from job_runs where job_id = $1 order by id")
+            .bind(waiting.id)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(runs, [(1, "stopped".to_owned()), (1, "ok".to_owned())]);
+    server.stop().await;
+}
