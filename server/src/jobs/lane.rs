@@ -2,8 +2,8 @@
 //! workers, goes straight to those workers. Its insert leases the job's step to a run of this
 //! process and records the run (`store::jobs::insert` with a `NewLease`), and no queue message
 //! is written: the job skips apalis's insert (under its owner's lock), fetch and
-//! acknowledgement and the lease's own statement (`make bench ONLY=small`, 10,000 jobs: 223–262
-//! jobs/s before, 263–278 after, runs alternated).
+//! acknowledgement and the lease's own statement (`make bench ONLY=small`, 10,000 jobs: 209–262
+//! jobs/s before, 261–307 after, four pairs of runs alternated).
 //!
 //! A create takes one of the lane's places ([`PLACES_PER_SLOT`] for each task the workers run
 //! at once) under its owner's lock, before the job's insert, and holds it until the job's run
