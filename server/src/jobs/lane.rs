@@ -144,8 +144,9 @@ fn takes(size: i64) -> bool {
     size < super::plan::SMALL_FILE as i64
 }
 
-/// Gives back the lease of a handed job that will not run here (the workers stopped first)
-/// and ends its run, without counting the attempt: requeueing queues it for other workers.
+/// Gives back the lease of a handed job that will not run here (the workers stopped, no run
+/// slot came within a heartbeat, or its lease could not be renewed) and ends its run, without
+/// counting the attempt: requeueing queues it, with its owner's turn.
 pub async fn give_back(pool: &sqlx::PgPool, lease: &Lease) {
     let given = leases::release(pool, lease).await;
     let ended = history::end_run(pool, &lease.owner, RunOutcome::Stopped, None).await;

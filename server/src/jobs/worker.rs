@@ -344,10 +344,8 @@ impl Runner {
         if leased_at.elapsed() >= self.heartbeat {
             let renewed = leases::renew(&self.engine.pool, &lease, self.lease).await;
             if !matches!(renewed, Ok(true)) {
-                tracing::warn!(
-                    ?task,
-                    "a handed job's lease could not be renewed: {renewed:?}"
-                );
+                // Lost (rescued meanwhile), or the job ended (a cancel): nothing to run.
+                tracing::info!(?task, "a handed job's lease was not renewed: {renewed:?}");
                 lane::give_back(&self.engine.pool, &lease).await;
                 return;
             }
