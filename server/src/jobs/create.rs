@@ -600,7 +600,7 @@ impl<'a> FirstTask<'a> {
 /// since its transaction began.
 async fn queue_first_task(
     pool: &PgPool,
-    mut tx: Transaction<'_, Postgres>,
+    mut tx: Transaction<'static, Postgres>,
     owner: Uuid,
     options: &Options,
     inserted: Option<NewJob>,
@@ -626,11 +626,23 @@ async fn queue_first_task(
                 };
                 queue::push(&mut tx, &[(task, job.ticket)], turn).await?;
             }
-            tx.commit().await?;
-            if let Some(((lane, reserved), max_attempts)) = handed
-                && let Err(lease) = lane.hand(reserved, job.id, max_attempts)
-            {
-                lane::give_back(pool, &lease).await;
+            match handed {
+                None => tx.commit().await?,
+                // Committed and handed on by a task of its own: a request dropped during its
+                // commit (its client gone) still hands on the job the commit leased, rather
+                // than leaving it to lease rescue, which would count a lost attempt.
+                Some(((lane, reserved), max_attempts)) => {
+                    let (lane, pool, job_id) = (lane.clone(), pool.clone(), job.id);
+                    let handoff = tokio::spawn(async move {
+                        tx.commit().await?;
+                        if let Err(lease) = lane.hand(reserved, job_id, max_attempts) {
+                            lane::give_back(&pool, &lease).await;
+                        }
+                        sqlx::Result::Ok(())
+                    });
+                    let crashed = |err| Err(sqlx::Error::Io(std::io::Error::other(err)));
+                    handoff.await.unwrap_or_else(crashed)?;
+                }
             }
             (job.id, false)
         }
