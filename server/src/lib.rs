@@ -80,7 +80,7 @@ pub async fn serve(
                 .context("finding this program, to read workbooks")?,
         ),
         shutdown: shutdown.clone(),
-        lane: (!args.no_workers).then_some(lane),
+        groups: jobs::group::Groups::new((!args.no_workers).then_some(lane)),
     };
     let workers = if args.no_workers {
         None

@@ -372,8 +372,8 @@ pub async fn create(
     let owner = caller.owner(&state).await?.id;
     let created = match what {
         What::Import(import) => {
-            let lane = state.lane.as_ref();
-            create::import(&state.pool, &state.converter, lane, owner, import, &options).await?
+            let (pool, converter, groups) = (&state.pool, &state.converter, &state.groups);
+            create::import(pool, converter, groups, owner, import, &options).await?
         }
         What::Export { dataset, format } => {
             create::export(&state.pool, owner, dataset, format, &options).await?
@@ -468,9 +468,8 @@ pub async fn import_dry_run(
         active_jobs_limit: Some(state.limits.active_jobs),
         ..Options::default()
     };
-    let lane = state.lane.as_ref();
-    let created =
-        create::import(&state.pool, &state.converter, lane, owner, import, &options).await?;
+    let (pool, converter, groups) = (&state.pool, &state.converter, &state.groups);
+    let created = create::import(pool, converter, groups, owner, import, &options).await?;
     let location = format!("/api/jobs/{}", created.job.id);
     Ok((
         StatusCode::ACCEPTED,

@@ -90,9 +90,10 @@ pub struct AppState {
     pub converter: Arc<std::path::PathBuf>,
     /// Fires on shutdown; open event streams end with it.
     pub shutdown: CancellationToken,
-    /// This process's own workers, which take small imports straight from their creates;
-    /// `None` when it runs none.
-    pub lane: Option<crate::jobs::lane::Lane>,
+    /// Where an owner's plain imports are gathered to be made together, and the lane to
+    /// this process's own workers (if it runs any), which take small imports straight from
+    /// their creates.
+    pub groups: Arc<crate::jobs::group::Groups>,
 }
 
 impl FromRef<AppState> for LeptosOptions {

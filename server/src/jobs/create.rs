@@ -8,10 +8,11 @@ use app::{
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
-use std::path::Path;
+use std::{path::Path, sync::Arc};
 
 use super::{
     deletion::{self, DeleteError},
+    group::{self, Groups},
     lane::{self, Lane, Reserved},
     preview::{self, PreviewError},
 };
@@ -101,85 +102,104 @@ pub struct Import<'a> {
 
 /// Queues the import of one of `owner`'s uploads into their dataset (a new, provisional one
 /// when they have none of that name: it comes into being when the import completes).
-/// `converter` reads a workbook's header when a mapping must be checked against it. A small
-/// file goes to this process's own workers through `lane` when it has a place free.
+/// `converter` reads a workbook's header when a mapping must be checked against it. A plain
+/// import is made in a group with the owner's other imports that arrive meanwhile
+/// ([`group`]); a small file goes to this process's own workers through the groups' lane when
+/// it has a place free.
 pub async fn import(
     pool: &PgPool,
     converter: &Path,
-    lane: Option<&Lane>,
+    groups: &Arc<Groups>,
     owner: Uuid,
     import: Import<'_>,
     options: &Options,
 ) -> Result<Created, CreateError> {
-    let Import {
-        upload_id,
-        dataset,
-        sheet,
-        reading,
-        mapping,
-        dry_run,
-        fixes,
-        new_dataset: _,
-    } = import;
-    schema::check_dataset_name(dataset).map_err(CreateError::Invalid)?;
-    let upload = uploads::find(pool, upload_id, Sees::OwnedBy(owner))
+    schema::check_dataset_name(import.dataset).map_err(CreateError::Invalid)?;
+    let upload = uploads::find(pool, import.upload_id, Sees::OwnedBy(owner))
         .await?
-        .ok_or(CreateError::UploadNotFound(upload_id))?;
-    if let Some(mapping) = mapping {
+        .ok_or(CreateError::UploadNotFound(import.upload_id))?;
+    if let Some(mapping) = import.mapping {
         check_mapping(pool, converter, owner, &upload, import, mapping).await?;
     }
-    let options = with_dataset_order(options, owner, dataset);
+    let options = with_dataset_order(options, owner, import.dataset);
+    if group::takes(&import, &options) {
+        return groups.create(pool, owner, upload, import, options).await;
+    }
+    import_alone(pool, groups.lane(), owner, &upload, import, &options).await
+}
+
+/// Makes an import of `upload` in a transaction of its own; `options` carry its serialize key.
+pub(super) async fn import_alone(
+    pool: &PgPool,
+    lane: Option<&Lane>,
+    owner: Uuid,
+    upload: &Upload,
+    import: Import<'_>,
+    options: &Options,
+) -> Result<Created, CreateError> {
     let mut tx = pool.begin().await?;
     // A take-over below locks a dataset that a retry of the owner's may hold: the owner's lock
     // goes first, as a retry takes it first.
     let key = options.serialize_key.as_deref().unwrap_or_default();
-    jobs::hold_owners_jobs_and_key(&mut tx, owner, key).await?;
-    join_batch(&mut tx, owner, &options).await?;
-    if let Some(fixed) = fixes
-        && !jobs::is_owners_import(&mut tx, fixed, owner).await?
-    {
-        return Err(CreateError::Invalid(format!(
-            "\"fixes\" must be one of your imports; no import of yours has the id {fixed}."
-        )));
-    }
-    let dataset_id = match import_target(&mut tx, owner, &import).await {
+    jobs::hold_owners_jobs_and_keys(&mut tx, owner, &[key]).await?;
+    let inserted = match insert_import(&mut tx, lane, owner, upload, import, options).await {
         // The dataset a request declares exists: made by this very request, sent before?
         Err(CreateError::Conflict(message)) => {
-            return match replayed(pool, tx, owner, &options).await? {
+            return match replayed(pool, tx, owner, options).await? {
                 Some(created) => Ok(created),
                 None => Err(CreateError::Conflict(message)),
             };
         }
         other => other?,
     };
+    let plan = |job_id| Some(TaskMsg::Plan { job_id });
+    queue_first_task(pool, tx, owner, options, inserted, &plan).await
+}
+
+/// Writes an import's job in `tx`, which holds the owner's lock and the import's serialize
+/// key's: its checks, its dataset (made or taken over when it must be) and its job, whose
+/// insert leases it when `lane` has a place for it. `None` when the insert met the owner's
+/// job with the same dedupe key.
+pub(super) async fn insert_import(
+    tx: &mut PgConnection,
+    lane: Option<&Lane>,
+    owner: Uuid,
+    upload: &Upload,
+    import: Import<'_>,
+    options: &Options,
+) -> Result<Option<Inserted>, CreateError> {
+    join_batch(tx, owner, options).await?;
+    if let Some(fixed) = import.fixes
+        && !jobs::is_owners_import(tx, fixed, owner).await?
+    {
+        return Err(CreateError::Invalid(format!(
+            "\"fixes\" must be one of your imports; no import of yours has the id {fixed}."
+        )));
+    }
+    let dataset_id = import_target(tx, owner, &import).await?;
     let kind = NewKind::Import {
-        upload_id,
-        sheet,
-        reading: &reading,
-        mapping,
-        dry_run,
-        fixes,
+        upload_id: import.upload_id,
+        sheet: import.sheet,
+        reading: &import.reading,
+        mapping: import.mapping,
+        dry_run: import.dry_run,
+        fixes: import.fixes,
     };
     // A place in the lane, taken under the owner's lock (a create waiting for it holds none).
-    let handing = lane.and_then(|lane| Some((lane, lane.reserve(upload.size)?)));
+    let handing = lane.and_then(|lane| Some((lane.clone(), lane.reserve(upload.size)?)));
     let lease = handing
         .as_ref()
         .map(|(lane, reserved)| lane.lease(reserved));
-    let inserted = jobs::insert(&mut tx, owner, Some(dataset_id), kind, &options, lease)
+    let inserted = jobs::insert(tx, owner, Some(dataset_id), kind, options, lease)
         .await
         .map_err(|err| match err {
             // Retention removed the file (unused for as long as files are kept) just now.
             sqlx::Error::Database(db) if db.constraint() == Some("jobs_upload_id_fkey") => {
-                CreateError::UploadNotFound(upload_id)
+                CreateError::UploadNotFound(import.upload_id)
             }
             err => err.into(),
         })?;
-    let plan = |job_id| Some(TaskMsg::Plan { job_id });
-    let first = FirstTask {
-        task: &plan,
-        handing,
-    };
-    queue_first_task(pool, tx, owner, &options, inserted, first).await
+    Ok(inserted.map(|job| Inserted { job, handing }))
 }
 
 /// Declares a dataset of `owner`'s: `ready` at once, with its columns and key. `None` when they
@@ -290,7 +310,7 @@ pub async fn export(
     let mut tx = pool.begin().await?;
     // Before any other lock, as every create takes it (and a retry).
     let key = options.serialize_key.as_deref().unwrap_or_default();
-    jobs::hold_owners_jobs_and_key(&mut tx, owner, key).await?;
+    jobs::hold_owners_jobs_and_keys(&mut tx, owner, &[key]).await?;
     let dataset_id = datasets::for_job(&mut tx, owner, dataset)
         .await?
         .ok_or_else(|| CreateError::DatasetNotFound(dataset.to_owned()))?;
@@ -305,15 +325,7 @@ pub async fn export(
     let kind = NewKind::Export { format };
     let inserted = jobs::insert(&mut tx, owner, Some(dataset_id), kind, &options, None).await?;
     let plan = |job_id| Some(TaskMsg::ExportPlan { job_id });
-    queue_first_task(
-        pool,
-        tx,
-        owner,
-        &options,
-        inserted,
-        FirstTask::queued(&plan),
-    )
-    .await
+    queue_first_task(pool, tx, owner, &options, inserted.map(Into::into), &plan).await
 }
 
 /// An export's file format from its word in a request.
@@ -402,7 +414,7 @@ pub async fn items(
     };
     let mut tx = pool.begin().await?;
     let key = options.serialize_key.as_deref().unwrap_or_default();
-    jobs::hold_owners_jobs_and_key(&mut tx, owner, key).await?;
+    jobs::hold_owners_jobs_and_keys(&mut tx, owner, &[key]).await?;
     join_batch(&mut tx, owner, &options).await?;
     let kind = NewKind::Items {
         job_type: &job_type.name,
@@ -429,7 +441,8 @@ pub async fn items(
             job.live = live;
         }
     }
-    let created = queue_first_task(pool, tx, owner, &options, inserted, FirstTask::NONE).await?;
+    let inserted = inserted.map(Into::into);
+    let created = queue_first_task(pool, tx, owner, &options, inserted, NO_TASK).await?;
     after_items_added(pool, added);
     Ok(created)
 }
@@ -498,7 +511,7 @@ pub async fn batch(pool: &PgPool, owner: Uuid, options: &Options) -> Result<Crea
     jobs::hold_owners_jobs(&mut tx, owner).await?;
     let inserted = jobs::insert_batch(&mut tx, owner, options).await?;
     // A batch has no task of its own: batch settlement (`maintenance::batches`) ends it.
-    queue_first_task(pool, tx, owner, options, inserted, FirstTask::NONE).await
+    queue_first_task(pool, tx, owner, options, inserted.map(Into::into), NO_TASK).await
 }
 
 /// Checks that the job's batch, if it names one, is the owner's and takes children, and holds
@@ -570,26 +583,58 @@ fn with_dataset_order(options: &Options, owner: Uuid, dataset: &str) -> Options 
     }
 }
 
-/// A new job's first task, if it has one (by the job's id); and the lane and the place in it
-/// its insert took a lease for, if it did.
-struct FirstTask<'a> {
-    task: &'a (dyn Fn(Uuid) -> Option<TaskMsg> + Sync),
-    handing: Option<(&'a Lane, Reserved)>,
+/// A new job's first task, if it has one, by the job's id.
+type FirstTask<'a> = &'a (dyn Fn(Uuid) -> Option<TaskMsg> + Sync);
+
+/// No task: a batch's, or a job of a registered type's (its items are claimed).
+const NO_TASK: FirstTask<'static> = &|_| None;
+
+/// A job just inserted, and the lane and the place in it its insert took a lease for, if it
+/// did.
+pub(super) struct Inserted {
+    pub job: NewJob,
+    handing: Option<(Lane, Reserved)>,
 }
 
-impl<'a> FirstTask<'a> {
-    /// No task: a batch's, or a job of a registered type's (its items are claimed).
-    const NONE: Self = Self {
-        task: &|_| None,
-        handing: None,
-    };
+impl From<NewJob> for Inserted {
+    fn from(job: NewJob) -> Self {
+        Self { job, handing: None }
+    }
+}
 
-    /// A task that is queued.
-    fn queued(task: &'a (dyn Fn(Uuid) -> Option<TaskMsg> + Sync)) -> Self {
-        Self {
-            task,
-            handing: None,
+impl Inserted {
+    /// Whether its insert leased its first task: it is handed to this process's workers,
+    /// with no message.
+    pub fn is_leased(&self) -> bool {
+        self.handing.is_some() && self.job.leased_max_attempts.is_some()
+    }
+
+    /// Its first message's turn: the new job is the owner's newest live one, the others are
+    /// ahead of it.
+    pub fn turn(&self) -> Priority {
+        Priority::Turn {
+            ahead: self.job.live.all - 1,
         }
+    }
+
+    /// Once its insert committed: hands on the job if its insert leased it, or gives the
+    /// lease back when the workers have stopped.
+    pub async fn hand_on(self, pool: &PgPool) {
+        if let (Some((lane, reserved)), Some(max_attempts)) =
+            (self.handing, self.job.leased_max_attempts)
+            && let Err(lease) = lane.hand(reserved, self.job.id, max_attempts)
+        {
+            lane::give_back(pool, &lease).await;
+        }
+    }
+}
+
+/// Refuses a new job past its owner's live-job limit: the live jobs were counted by its
+/// insert, under the owner's lock.
+pub(super) fn check_limit(options: &Options, job: &NewJob) -> Result<(), CreateError> {
+    match options.active_jobs_limit {
+        Some(limit) if job.live.limited > limit => Err(CreateError::TooManyActive { limit }),
+        _ => Ok(()),
     }
 }
 
@@ -603,48 +648,35 @@ async fn queue_first_task(
     mut tx: Transaction<'static, Postgres>,
     owner: Uuid,
     options: &Options,
-    inserted: Option<NewJob>,
-    first: FirstTask<'_>,
+    inserted: Option<Inserted>,
+    task: FirstTask<'_>,
 ) -> Result<Created, CreateError> {
     let (job_id, replayed) = match inserted {
-        Some(job) => {
-            let live = job.live;
-            if let Some(limit) = options.active_jobs_limit
-                && live.limited > limit
-            {
+        Some(new) => {
+            let job_id = new.job.id;
+            if let Err(refused) = check_limit(options, &new.job) {
                 tx.rollback().await?;
-                return Err(CreateError::TooManyActive { limit });
+                return Err(refused);
             }
-            // Leased by its insert: handed to this process's workers, with no message.
-            let handed = first.handing.zip(job.leased_max_attempts);
-            if handed.is_none()
-                && let Some(task) = (first.task)(job.id)
-            {
-                // The new job is the owner's newest live one: the others are ahead of it.
-                let turn = Priority::Turn {
-                    ahead: live.all - 1,
-                };
-                queue::push(&mut tx, &[(task, job.ticket)], turn).await?;
-            }
-            match handed {
-                None => tx.commit().await?,
+            if new.is_leased() {
                 // Committed and handed on by a task of its own: a request dropped during its
                 // commit (its client gone) still hands on the job the commit leased, rather
                 // than leaving it to lease rescue, which would count a lost attempt.
-                Some(((lane, reserved), max_attempts)) => {
-                    let (lane, pool, job_id) = (lane.clone(), pool.clone(), job.id);
-                    let handoff = tokio::spawn(async move {
-                        tx.commit().await?;
-                        if let Err(lease) = lane.hand(reserved, job_id, max_attempts) {
-                            lane::give_back(&pool, &lease).await;
-                        }
-                        sqlx::Result::Ok(())
-                    });
-                    let crashed = |err| Err(sqlx::Error::Io(std::io::Error::other(err)));
-                    handoff.await.unwrap_or_else(crashed)?;
+                let pool = pool.clone();
+                let handoff = tokio::spawn(async move {
+                    tx.commit().await?;
+                    new.hand_on(&pool).await;
+                    sqlx::Result::Ok(())
+                });
+                let crashed = |err| Err(sqlx::Error::Io(std::io::Error::other(err)));
+                handoff.await.unwrap_or_else(crashed)?;
+            } else {
+                if let Some(first) = task(job_id) {
+                    queue::push(&mut tx, &[(first, new.job.ticket)], new.turn()).await?;
                 }
+                tx.commit().await?;
             }
-            (job.id, false)
+            (job_id, false)
         }
         None => (deduped(pool, tx, owner, options).await?, true),
     };

@@ -30,6 +30,7 @@ mod error;
 pub mod export;
 mod export_file;
 mod format;
+pub mod group;
 pub mod lane;
 pub mod maintenance;
 pub mod pipe;

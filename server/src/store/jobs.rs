@@ -476,26 +476,28 @@ pub async fn hold_owners_jobs(conn: &mut PgConnection, owner: Uuid) -> sqlx::Res
     Ok(())
 }
 
-/// [`hold_owners_jobs`], then the lock that orders creates with the same serialize key (job
+/// [`hold_owners_jobs`], then the locks that order creates with the same serialize key (job
 /// sequence numbers, `seq`, then follow commit order, so "earlier" is well defined), in one
 /// round trip: a create holds its owner's lock from here to its commit, and each statement
 /// inside adds a round trip to the time the owner's other creates wait (`make bench
-/// ONLY=small`). The key's lock is a subquery of the owner's lock's row, so it is taken second.
-/// An empty key (a job of a registered type made without one) orders nothing: no lock, or every
-/// owner's such creates would wait for each other.
-pub async fn hold_owners_jobs_and_key(
+/// ONLY=small`). The keys' locks are a subquery of the owner's lock's row, so they are taken
+/// second (by a create of one job, or a group of them: `jobs::group`). An empty key (a job of a
+/// registered type made without one) orders nothing: no lock, or every owner's such creates
+/// would wait for each other.
+pub async fn hold_owners_jobs_and_keys(
     conn: &mut PgConnection,
     owner: Uuid,
-    key: &str,
+    keys: &[&str],
 ) -> sqlx::Result<()> {
     sqlx::query_scalar!(
-        "select (select 1 from pg_advisory_xact_lock(hashtextextended($2, 0))
-                 where owners.held = 1 and $2 <> '') as locked
+        "select (select count(*) from unnest($2::text[]) as key,
+                      pg_advisory_xact_lock(hashtextextended(key, 0))
+                 where owners.held = 1 and key <> '') as locked
          from (select 1 as held
                from pg_advisory_xact_lock(hashtextextended('active jobs:' || $1, 0))
                offset 0) as owners",
         owner.to_string(),
-        key,
+        keys as &[&str],
     )
     .fetch_one(conn)
     .await?;

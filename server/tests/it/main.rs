@@ -12,6 +12,7 @@ mod access;
 mod accounts;
 mod api_flow;
 mod bulk;
+mod create_groups;
 mod dataset_lifecycle;
 mod datasets;
 mod defences;

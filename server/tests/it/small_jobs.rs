@@ -11,7 +11,7 @@ use std::time::Duration;
 use reqwest::Client;
 use serde_json::json;
 use server::{
-    jobs::{create, lane},
+    jobs::{create, group, lane},
     store::jobs::Options,
 };
 use uuid::Uuid;
@@ -320,6 +320,7 @@ async fn a_handed_job_its_process_never_runs_is_rescued_and_run_by_another() {
         .unwrap();
     // A process that takes jobs and never runs them.
     let (lane, _never_read) = lane::new("gone-1-deadbeef", Duration::from_secs(1), 2);
+    let groups = group::Groups::new(Some(lane));
     let import = |upload_id| create::Import {
         upload_id,
         dataset: "handed",
@@ -336,7 +337,7 @@ async fn a_handed_job_its_process_never_runs_is_rescued_and_run_by_another() {
         create::import(
             &db.pool,
             unused,
-            Some(&lane),
+            &groups,
             owner,
             import(upload_id),
             &options,

@@ -1,0 +1,172 @@
+//! An owner's plain imports asked for while their previous create is being made are made
+//! together, in one transaction (`jobs::group`), with the turns and the live-job limit that
+//! one-by-one creates give; a group that meets the limit is made one by one, each request
+//! answered on its own.
+
+use futures::future::join_all;
+use server::{
+    auth::Sees,
+    jobs::{
+        create::{CreateError, Created, Import},
+        group::Groups,
+    },
+    store::{jobs::Options, uploads},
+};
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use crate::support::{TestDb, TestServer, csv, until_one};
+
+const IMPORTS: usize = 8;
+
+/// `IMPORTS` plain imports of one owner's, each into a dataset of its own, asked for at once
+/// while the test holds the owner's lock: the first request's leader waits for it with that
+/// import alone, and the others wait for it to finish. Their answers, in order.
+async fn made_at_once(
+    db: &TestDb,
+    server: &TestServer,
+    limit: Option<i64>,
+) -> Vec<Result<Created, CreateError>> {
+    let mut uploaded = Vec::new();
+    for n in 0..IMPORTS {
+        let upload = server.upload(&format!("{n}.csv"), csv(5)).await;
+        uploaded.push(Uuid::parse_str(upload["id"].as_str().unwrap()).unwrap());
+    }
+    let owner: Uuid = sqlx::query_scalar("select owner from uploads where id = $1")
+        .bind(uploaded[0])
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let mut uploads = Vec::new();
+    for id in uploaded {
+        let upload = uploads::find(&db.pool, id, Sees::OwnedBy(owner)).await;
+        uploads.push(upload.unwrap().unwrap());
+    }
+    let held = hold_owners_lock(db, owner).await;
+    let groups = Groups::new(None);
+    let names: Vec<String> = (0..IMPORTS).map(|n| format!("set{n}")).collect();
+    let creates = uploads.into_iter().zip(&names).map(|(upload, name)| {
+        let import = Import {
+            upload_id: upload.id,
+            dataset: name,
+            sheet: None,
+            reading: Default::default(),
+            mapping: None,
+            dry_run: false,
+            fixes: None,
+            new_dataset: None,
+        };
+        let options = Options {
+            serialize_key: Some(format!("{owner}:dataset:{name}")),
+            active_jobs_limit: limit,
+            ..Options::default()
+        };
+        groups.create(&db.pool, owner, upload, import, options)
+    });
+    let mut all = Box::pin(join_all(creates));
+    // One poll asks for every import: the first request's leader is spawned with its import,
+    // the others wait for the next group.
+    assert!(futures::poll!(&mut all).is_pending());
+    until_one(
+        db,
+        "the leader waits for the owner's lock",
+        "select count(*) from pg_stat_activity
+         where datname = current_database() and wait_event_type = 'Lock'
+           and query like '%active jobs:%'",
+    )
+    .await;
+    held.rollback().await.unwrap();
+    all.await
+}
+
+async fn hold_owners_lock(db: &TestDb, owner: Uuid) -> Transaction<'static, Postgres> {
+    let mut held = db.pool.begin().await.unwrap();
+    sqlx::query("select pg_advisory_xact_lock(hashtextextended('active jobs:' || $1, 0))")
+        .bind(owner.to_string())
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    held
+}
+
+/// The transactions that inserted these jobs, counted (their rows' `xmin`: the jobs are
+/// never run here).
+async fn transactions(db: &TestDb, jobs: &[Uuid]) -> i64 {
+    sqlx::query_scalar("select count(distinct xmin::text) from jobs where id = any($1)")
+        .bind(jobs)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn imports_asked_for_at_once_are_made_in_one_transaction_with_their_turns() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let made = made_at_once(&db, &server, None).await;
+    let jobs: Vec<Uuid> = made
+        .into_iter()
+        .map(|created| {
+            let created = created.unwrap();
+            assert!(!created.replayed);
+            created.job.id
+        })
+        .collect();
+    // Each request got a job of its own, in the order asked.
+    let datasets: Vec<String> = sqlx::query_scalar(
+        "select d.name from unnest($1::uuid[]) with ordinality as asked(id, n)
+         join jobs j on j.id = asked.id join datasets d on d.id = j.dataset_id order by n",
+    )
+    .bind(&jobs)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let names: Vec<String> = (0..IMPORTS).map(|n| format!("set{n}")).collect();
+    assert_eq!(datasets, names);
+    // The first alone, the seven others together.
+    assert_eq!(transactions(&db, &jobs).await, 2);
+    // Queued with the turns one-by-one creates give: each behind the owner's earlier jobs.
+    let turns: Vec<i32> = sqlx::query_scalar(
+        "select m.priority from unnest($1::uuid[]) with ordinality as asked(id, n)
+         join apalis.jobs m on (convert_from(m.job, 'UTF8')::jsonb ->> 'job_id')::uuid = asked.id
+         order by n",
+    )
+    .bind(&jobs)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(turns.len(), IMPORTS);
+    assert!(turns.windows(2).all(|pair| pair[0] > pair[1]), "{turns:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_group_that_meets_the_live_job_limit_is_made_one_by_one() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let made = made_at_once(&db, &server, Some(5)).await;
+    let (created, refused): (Vec<_>, Vec<_>) = made.into_iter().partition(Result::is_ok);
+    let jobs: Vec<Uuid> = created
+        .into_iter()
+        .map(|made| made.unwrap().job.id)
+        .collect();
+    assert_eq!(jobs.len(), 5);
+    for refusal in refused {
+        assert!(matches!(
+            refusal,
+            Err(CreateError::TooManyActive { limit: 5 })
+        ));
+    }
+    // The first alone; the group met the limit at its fifth import, was rolled back, and its
+    // imports were made one by one.
+    assert_eq!(transactions(&db, &jobs).await, 5);
+    let (live, datasets): (i64, i64) = sqlx::query_as(
+        "select (select count(*) from jobs where kind = 'import'),
+                (select count(*) from datasets)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((live, datasets), (5, 5));
+    server.stop().await;
+}
