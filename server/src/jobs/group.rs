@@ -13,11 +13,15 @@
 //! leased by their inserts are then handed to this process's workers ([`super::lane`]). The
 //! first import an owner asks for while no group of theirs is being made is made at once, alone.
 //!
-//! A group whose insert meets anything but a new job (the owner's live-job limit reached, a
-//! dataset being made by another import, a file removed meanwhile, a database error before
-//! the commit) is rolled back and its imports are made one by one, each as a create of one,
-//! which gives each request its own answer. Being made by a task of their own, a group's jobs
-//! are created even if the requests that asked for them are gone.
+//! A group is rolled back when an insert meets anything but a new job within the owner's
+//! live-job limit. Past the limit, that import and those after it are refused (each adds a
+//! live job) and those before it are made again, as a smaller group. Anything else an import
+//! meets (a dataset being made by another import, a file removed meanwhile, an error the
+//! database reported) has the group's imports made one by one, each as a create of one, which
+//! gives each request its own answer; no connection, or the database gone, is every request's
+//! answer at once. Being made by a task of their own, a group's jobs are created even if the
+//! requests that asked for them are gone; an owner has at most [`MAX_WAITING`] imports
+//! waiting for a group, and a request past them is made alone, by itself.
 
 use std::{
     collections::{HashMap, hash_map::Entry},
@@ -44,6 +48,11 @@ use crate::{
 
 /// Imports made in one transaction at most: each of a group's requests waits for its commit.
 const MAX_GROUP: usize = 32;
+
+/// Imports of one owner's that may wait for a group; a request past them is made alone, in its
+/// own request (waiting for the owner's lock as creates of one do), so a client that asks for
+/// many and hangs up leaves no unbounded queue behind.
+const MAX_WAITING: usize = 4 * MAX_GROUP;
 
 /// The imports each owner's requests wait to have made, by owner; an owner is here while a
 /// group of theirs is being made. And the lane their jobs are handed on by.
@@ -113,6 +122,7 @@ impl Groups {
         import: Import<'_>,
         options: Options,
     ) -> Result<Created, CreateError> {
+        debug_assert!(takes(&import, &options), "a group makes plain imports only");
         let (answer, answered) = oneshot::channel();
         let waiting = Waiting {
             upload,
@@ -122,18 +132,34 @@ impl Groups {
             options,
             answer,
         };
-        let first = match self.lock().entry(owner) {
-            Entry::Occupied(mut queued) => {
+        let joined = match self.lock().entry(owner) {
+            Entry::Occupied(mut queued) if queued.get().len() < MAX_WAITING => {
                 queued.get_mut().push(waiting);
-                None
+                Joined::Queued
             }
+            Entry::Occupied(_) => Joined::Full(waiting),
             Entry::Vacant(idle) => {
                 idle.insert(Vec::new());
-                Some(waiting)
+                Joined::Leads(waiting)
             }
         };
-        if let Some(first) = first {
-            tokio::spawn(Arc::clone(self).lead(pool.clone(), owner, first));
+        match joined {
+            Joined::Queued => {}
+            Joined::Full(waiting) => {
+                let (lane, upload, options) = (self.lane(), &waiting.upload, &waiting.options);
+                return create::import_alone(pool, lane, owner, upload, waiting.import(), options)
+                    .await;
+            }
+            Joined::Leads(first) => {
+                // Made before the task, so that the owner leaves the map even if the task
+                // never runs (the runtime stopping).
+                let leading = Leading {
+                    groups: Arc::clone(self),
+                    owner,
+                    done: false,
+                };
+                tokio::spawn(Arc::clone(self).lead(pool.clone(), leading, first));
+            }
         }
         answered
             .await
@@ -147,13 +173,10 @@ impl Groups {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Makes `first`, then the groups of `owner`'s imports that wait meanwhile, until none does.
-    async fn lead(self: Arc<Self>, pool: PgPool, owner: Uuid, first: Waiting) {
-        let mut leading = Leading {
-            groups: Arc::clone(&self),
-            owner,
-            done: false,
-        };
+    /// Makes `first`, then the groups of the owner's imports that wait meanwhile, until none
+    /// does.
+    async fn lead(self: Arc<Self>, pool: PgPool, mut leading: Leading, first: Waiting) {
+        let owner = leading.owner;
         let mut group = vec![first];
         while !group.is_empty() {
             self.make(&pool, owner, group).await;
@@ -178,71 +201,138 @@ impl Groups {
     }
 
     /// Makes a group and answers each of its requests.
-    async fn make(&self, pool: &PgPool, owner: Uuid, group: Vec<Waiting>) {
-        if group.len() > 1 {
+    async fn make(&self, pool: &PgPool, owner: Uuid, mut group: Vec<Waiting>) {
+        while group.len() > 1 {
             match self.insert_group(pool, owner, &group).await {
-                Ok(made) => return answer_made(pool, owner, group, made).await,
-                Err(err) => tracing::debug!(
-                    "a group of {} imports is made one by one instead: {err}",
-                    group.len()
-                ),
+                Outcome::Made(made) => return answer_made(pool, owner, group, made).await,
+                Outcome::OverLimit { at, limit } => {
+                    // Those before it are made again, as a smaller group.
+                    for waiting in group.drain(at..) {
+                        let _gone = waiting
+                            .answer
+                            .send(Err(CreateError::TooManyActive { limit }));
+                    }
+                }
+                Outcome::OneByOne(err) => {
+                    tracing::debug!(
+                        "a group of {} imports is made one by one instead: {err}",
+                        group.len()
+                    );
+                    break;
+                }
+                Outcome::Failed(err) => return answer_failed(group, &err),
             }
         }
         for waiting in group {
-            let import = waiting.import();
-            let lane = self.lane();
+            let (lane, upload, options) = (self.lane(), &waiting.upload, &waiting.options);
             let made =
-                create::import_alone(pool, lane, owner, &waiting.upload, import, &waiting.options)
-                    .await;
+                create::import_alone(pool, lane, owner, upload, waiting.import(), options).await;
             let _gone = waiting.answer.send(made);
         }
     }
 
-    /// Inserts the group's jobs and commits, handing on those the inserts leased: the new
-    /// jobs' ids, in the group's order. Rolled back, with the error, when an insert meets
-    /// anything but a new job within its owner's limit; a failed commit's error is the
-    /// group's answer (`Ok(Err)`): it may have committed.
-    async fn insert_group(
-        &self,
-        pool: &PgPool,
-        owner: Uuid,
-        group: &[Waiting],
-    ) -> Result<Result<Vec<Uuid>, CreateError>, CreateError> {
-        let mut tx = pool.begin().await?;
+    /// Inserts the group's jobs and commits, handing on those the inserts leased; or rolls
+    /// back, when an insert meets anything but a new job within its owner's limit.
+    async fn insert_group(&self, pool: &PgPool, owner: Uuid, group: &[Waiting]) -> Outcome {
+        let mut tx = match pool.begin().await {
+            Ok(tx) => tx,
+            Err(err) => return Outcome::Failed(err.into()),
+        };
         let keys: Vec<&str> = group
             .iter()
             .map(|waiting| waiting.options.serialize_key.as_deref().unwrap_or_default())
             .collect();
-        jobs::hold_owners_jobs_and_keys(&mut tx, owner, &keys).await?;
-        let mut inserted = Vec::with_capacity(group.len());
-        for waiting in group {
-            let (import, options) = (waiting.import(), &waiting.options);
-            let lane = self.lane();
-            let Some(new) =
-                create::insert_import(&mut tx, lane, owner, &waiting.upload, import, options)
-                    .await?
-            else {
-                return Err(CreateError::Conflict("a dedupe key met its job".into()));
-            };
-            create::check_limit(options, &new.job)?;
-            inserted.push(new);
+        if let Err(err) = jobs::hold_owners_jobs_and_keys(&mut tx, owner, &keys).await {
+            return Outcome::Failed(err.into());
         }
-        let queued = inserted.iter().filter(|new| !new.is_leased()).map(|new| {
-            (
-                TaskMsg::Plan { job_id: new.job.id },
-                new.job.ticket,
-                new.turn(),
+        let mut inserted = Vec::with_capacity(group.len());
+        for (at, waiting) in group.iter().enumerate() {
+            let (lane, upload, options) = (self.lane(), &waiting.upload, &waiting.options);
+            let refused = match create::insert_import(
+                &mut tx,
+                lane,
+                owner,
+                upload,
+                waiting.import(),
+                options,
             )
-        });
-        queue::push_ranked(&mut tx, queued).await?;
+            .await
+            {
+                Ok(Some(new)) => match create::check_limit(options, &new.job) {
+                    Ok(()) => {
+                        inserted.push(new);
+                        continue;
+                    }
+                    Err(CreateError::TooManyActive { limit }) => Outcome::OverLimit { at, limit },
+                    Err(err) => Outcome::OneByOne(err),
+                },
+                // A plain import has no dedupe key: it cannot meet an earlier job.
+                Ok(None) => Outcome::OneByOne(sqlx::Error::RowNotFound.into()),
+                Err(err) if its_own(&err) => Outcome::OneByOne(err),
+                Err(err) => Outcome::Failed(err),
+            };
+            // Given back before the group goes on, so the owner's lock is free at once.
+            let _rolled_back = tx.rollback().await;
+            return refused;
+        }
+        let queued: Vec<_> = inserted
+            .iter()
+            .filter(|new| !new.is_leased())
+            .map(|new| {
+                (
+                    TaskMsg::Plan { job_id: new.job.id },
+                    new.job.ticket,
+                    new.turn(),
+                )
+            })
+            .collect();
+        if !queued.is_empty()
+            && let Err(err) = queue::push_ranked(&mut tx, queued).await
+        {
+            let _rolled_back = tx.rollback().await;
+            return Outcome::Failed(err.into());
+        }
         if let Err(err) = tx.commit().await {
-            return Ok(Err(err.into()));
+            return Outcome::Made(Err(err.into()));
         }
         let ids = inserted.iter().map(|new| new.job.id).collect();
         for new in inserted {
             new.hand_on(pool).await;
         }
-        Ok(Ok(ids))
+        Outcome::Made(Ok(ids))
+    }
+}
+
+/// How a group's transaction ended.
+enum Outcome {
+    /// Committed: the jobs' ids, in the group's order. Or its commit's error: it may have
+    /// committed, so this is every request's answer.
+    Made(Result<Vec<Uuid>, CreateError>),
+    /// Rolled back: the import at `at` in the group (and so every one after it, each adding a
+    /// live job) is past its owner's live-job limit.
+    OverLimit { at: usize, limit: i64 },
+    /// Rolled back: an import met something of its own (a dataset another import is making,
+    /// its file removed meanwhile, an error the database reported): each is made alone.
+    OneByOne(CreateError),
+    /// No connection, or the database went away: every request is answered with this error,
+    /// once, rather than each waiting for it in turn.
+    Failed(CreateError),
+}
+
+/// Whether an import's error may be its own rather than the database's or the connection's.
+fn its_own(err: &CreateError) -> bool {
+    match err {
+        CreateError::Database(sqlx::Error::Database(_)) => true,
+        CreateError::Database(_) | CreateError::Queue(_) => false,
+        _ => true,
+    }
+}
+
+/// Answers every request of a group that could not be made with `err`.
+fn answer_failed(group: Vec<Waiting>, err: &CreateError) {
+    let message = err.to_string();
+    for waiting in group {
+        let _gone = waiting.answer.send(Err(stopped(&message).into()));
     }
 }
 
@@ -272,18 +362,23 @@ async fn answer_made(
                 }));
             }
         }
-        Err(err) => {
-            let message = err.to_string();
-            for waiting in group {
-                let _gone = waiting.answer.send(Err(stopped(&message).into()));
-            }
-        }
+        Err(err) => answer_failed(group, &err),
     }
 }
 
 /// An error a request is answered with when its group could not be made or read back.
 fn stopped(why: &str) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::other(why.to_owned()))
+}
+
+/// How a request joined its owner's imports waiting for a group.
+enum Joined {
+    /// It waits for the leader's next group.
+    Queued,
+    /// Too many wait: it is made alone.
+    Full(Waiting),
+    /// None of the owner's was being made: it leads, with its import first.
+    Leads(Waiting),
 }
 
 /// Held by a group's leader: if it stops before its last group (a panic), the owner leaves

@@ -1,6 +1,7 @@
 //! An owner's plain imports asked for while their previous create is being made are made
 //! together, in one transaction (`jobs::group`), with the turns and the live-job limit that
-//! one-by-one creates give; a group that meets the limit is made one by one, each request
+//! one-by-one creates give; a group that meets the limit is made again without the imports
+//! past it, which are refused; one that meets anything else is made one by one, each request
 //! answered on its own.
 
 use futures::future::join_all;
@@ -21,11 +22,13 @@ const IMPORTS: usize = 8;
 
 /// `IMPORTS` plain imports of one owner's, each into a dataset of its own, asked for at once
 /// while the test holds the owner's lock: the first request's leader waits for it with that
-/// import alone, and the others wait for it to finish. Their answers, in order.
+/// import alone, and the others wait for it to finish. Meanwhile the file of import `removed`
+/// (if any) is removed, as retention would. Their answers, in order.
 async fn made_at_once(
     db: &TestDb,
     server: &TestServer,
     limit: Option<i64>,
+    removed: Option<usize>,
 ) -> Vec<Result<Created, CreateError>> {
     let mut uploaded = Vec::new();
     for n in 0..IMPORTS {
@@ -38,7 +41,7 @@ async fn made_at_once(
         .await
         .unwrap();
     let mut uploads = Vec::new();
-    for id in uploaded {
+    for &id in &uploaded {
         let upload = uploads::find(&db.pool, id, Sees::OwnedBy(owner)).await;
         uploads.push(upload.unwrap().unwrap());
     }
@@ -75,6 +78,13 @@ async fn made_at_once(
            and query like '%active jobs:%'",
     )
     .await;
+    if let Some(removed) = removed {
+        sqlx::query("delete from uploads where id = $1")
+            .bind(uploaded[removed])
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
     held.rollback().await.unwrap();
     all.await
 }
@@ -103,7 +113,7 @@ async fn transactions(db: &TestDb, jobs: &[Uuid]) -> i64 {
 async fn imports_asked_for_at_once_are_made_in_one_transaction_with_their_turns() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let made = made_at_once(&db, &server, None).await;
+    let made = made_at_once(&db, &server, None, None).await;
     let jobs: Vec<Uuid> = made
         .into_iter()
         .map(|created| {
@@ -135,31 +145,27 @@ async fn imports_asked_for_at_once_are_made_in_one_transaction_with_their_turns(
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    assert_eq!(turns.len(), IMPORTS);
-    assert!(turns.windows(2).all(|pair| pair[0] > pair[1]), "{turns:?}");
+    let one_by_one: Vec<i32> = (0..IMPORTS as i32).map(|ahead| 1_000_000 - ahead).collect();
+    assert_eq!(turns, one_by_one);
     server.stop().await;
 }
 
 #[tokio::test]
-async fn a_group_that_meets_the_live_job_limit_is_made_one_by_one() {
+async fn a_group_that_meets_the_live_job_limit_is_made_without_the_imports_past_it() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let made = made_at_once(&db, &server, Some(5)).await;
-    let (created, refused): (Vec<_>, Vec<_>) = made.into_iter().partition(Result::is_ok);
-    let jobs: Vec<Uuid> = created
-        .into_iter()
-        .map(|made| made.unwrap().job.id)
-        .collect();
-    assert_eq!(jobs.len(), 5);
-    for refusal in refused {
+    let mut made = made_at_once(&db, &server, Some(5), None).await;
+    // The first five asked for are made, the last three refused.
+    for refusal in made.split_off(5) {
         assert!(matches!(
             refusal,
             Err(CreateError::TooManyActive { limit: 5 })
         ));
     }
-    // The first alone; the group met the limit at its fifth import, was rolled back, and its
-    // imports were made one by one.
-    assert_eq!(transactions(&db, &jobs).await, 5);
+    let jobs: Vec<Uuid> = made.into_iter().map(|made| made.unwrap().job.id).collect();
+    // The first alone; the group of seven met the limit at its fifth import, was rolled back
+    // and made again without it and those after it.
+    assert_eq!(transactions(&db, &jobs).await, 2);
     let (live, datasets): (i64, i64) = sqlx::query_as(
         "select (select count(*) from jobs where kind = 'import'),
                 (select count(*) from datasets)",
@@ -168,5 +174,26 @@ async fn a_group_that_meets_the_live_job_limit_is_made_one_by_one() {
     .await
     .unwrap();
     assert_eq!((live, datasets), (5, 5));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_group_one_of_whose_files_was_removed_is_made_one_by_one() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let mut made = made_at_once(&db, &server, None, Some(3)).await;
+    assert!(matches!(
+        made.remove(3),
+        Err(CreateError::UploadNotFound(_))
+    ));
+    let jobs: Vec<Uuid> = made.into_iter().map(|made| made.unwrap().job.id).collect();
+    // The first alone; the group of seven met the removed file, was rolled back, and its six
+    // other imports were made one by one.
+    assert_eq!(transactions(&db, &jobs).await, 7);
+    let datasets: i64 = sqlx::query_scalar("select count(*) from datasets")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(datasets, 7);
     server.stop().await;
 }
