@@ -314,16 +314,28 @@ enum Outcome {
     /// Rolled back: an import met something of its own (a dataset another import is making,
     /// its file removed meanwhile, an error the database reported): each is made alone.
     OneByOne(CreateError),
-    /// No connection, or the database went away: every request is answered with this error,
-    /// once, rather than each waiting for it in turn.
+    /// No connection, or the database went away (or the group's lock or messages failed):
+    /// every request is answered with this error, once, rather than each waiting for it in
+    /// turn.
     Failed(CreateError),
 }
 
-/// Whether an import's error may be its own rather than the database's or the connection's.
+/// Whether an import's error may be its own rather than the connection's or the database
+/// server's (gone, shutting down, out of connections: SQLSTATE classes 08 and 57P).
 fn its_own(err: &CreateError) -> bool {
+    let CreateError::Database(err) = err else {
+        return true;
+    };
     match err {
-        CreateError::Database(sqlx::Error::Database(_)) => true,
-        CreateError::Database(_) | CreateError::Queue(_) => false,
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            !(code.starts_with("08") || code.starts_with("57P"))
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => false,
         _ => true,
     }
 }

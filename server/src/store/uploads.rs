@@ -76,7 +76,7 @@ impl UploadLimits {
     };
 }
 
-/// Files of at most about this many bytes that have arrived whole by the time their first
+/// Files under this many bytes that have arrived whole by the time their first
 /// bytes are read are stored in one statement ([`store_whole`]). Held before the owner's
 /// limits are checked, so no more than a request's own buffers would hold.
 const WHOLE_BYTES: usize = 64 << 10;
@@ -110,13 +110,8 @@ where
         match next {
             None => break,
             Some(None) => {
-                let (id, size) = (Uuid::now_v7(), file.size as i64);
-                // A request dropped while the statement runs leaves no file behind.
-                let unfinished = Unfinished(Some((pool.clone(), id)));
-                let named = (filename, content_type);
-                let stored = store_whole(pool, (owner, id), named, limits, file).await;
-                unfinished.disarm();
-                stored?;
+                let size = file.size as i64;
+                let id = store_whole(pool, owner, (filename, content_type), limits, file).await?;
                 let filename = filename.to_owned();
                 return Ok(Upload { id, filename, size });
             }
@@ -321,23 +316,51 @@ where
     Ok(file.size)
 }
 
-/// Stores a small file that arrived whole, as upload `id`, in one (autocommitted) statement
-/// that checks its owner's limits as [`begin`] and [`store_part`] do: it needs neither the
-/// owner's lock (it never takes a place among the files being received) nor a transaction of
-/// its own. Before, every upload took the owner's lock for four round trips, and one owner's
-/// uploads waited 9.3 ms for it on average (`make bench ONLY=small`, 3,000 jobs). The owner's
-/// stored bytes are read locked (the insert's trigger then adds to them), so whole files
-/// stored at the same moment cannot together pass the limit.
+/// Stores a small file that arrived whole in one (autocommitted) statement that checks its
+/// owner's limits as [`begin`] and [`store_part`] do: it needs neither the owner's lock (it
+/// never takes a place among the files being received) nor a transaction of its own. Before,
+/// every upload took the owner's lock for four round trips, and one owner's uploads waited
+/// 9.3 ms for it on average (`make bench ONLY=small`, 3,000 jobs). The owner's stored bytes
+/// are read locked (the insert's trigger then adds to them), so whole files stored at the
+/// same moment do not together pass the limit (but an owner's first files, before they have
+/// a total to lock, may each pass it by up to a file). Run by a task of its own: a request
+/// dropped meanwhile has the file, stored once the statement commits, deleted. Its id.
 async fn store_whole(
+    pool: &PgPool,
+    owner: Uuid,
+    (filename, content_type): (&str, Option<&str>),
+    limits: UploadLimits,
+    file: Received,
+) -> Result<Uuid, UploadError> {
+    if file.size == 0 {
+        return Err(UploadError::Empty);
+    }
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let (pool, id) = (pool.clone(), Uuid::now_v7());
+    let named = (filename.to_owned(), content_type.map(str::to_owned));
+    tokio::spawn(async move {
+        let (filename, content_type) = (&named.0, named.1.as_deref());
+        let stored = insert_whole(&pool, (owner, id), (filename, content_type), limits, file).await;
+        if let Err(Ok(())) = answer.send(stored)
+            && let Err(err) = delete(&pool, id).await
+        {
+            tracing::warn!(upload = %id, "could not remove an upload nobody waits for: {err}");
+        }
+    });
+    let stopped =
+        |_| Err(sqlx::Error::Io(std::io::Error::other("the upload's task stopped")).into());
+    answered.await.unwrap_or_else(stopped)?;
+    Ok(id)
+}
+
+/// [`store_whole`]'s statement.
+async fn insert_whole(
     pool: &PgPool,
     (owner, id): (Uuid, Uuid),
     (filename, content_type): (&str, Option<&str>),
     limits: UploadLimits,
     file: Received,
 ) -> Result<(), UploadError> {
-    if file.size == 0 {
-        return Err(UploadError::Empty);
-    }
     let sha256 = file.hasher.finalize();
     let outcome = sqlx::query!(
         r#"with totals as (
