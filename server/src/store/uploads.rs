@@ -76,16 +76,16 @@ impl UploadLimits {
     };
 }
 
-/// Files under this many bytes that have arrived whole by the time their first
-/// bytes are read are stored in one statement ([`store_whole`]). Held before the owner's
-/// limits are checked, so no more than a request's own buffers would hold.
+/// Files under this many bytes that have arrived whole by the time their first bytes are read
+/// are stored in one statement ([`store_whole`]). Held before the owner's limits are checked,
+/// so no more than a request's own buffers would hold.
 const WHOLE_BYTES: usize = 64 << 10;
 
 /// Stores a file from a stream of byte chunks, all or nothing. A small file that has arrived
-/// whole by the time its first bytes are read is stored in one statement ([`WHOLE_BYTES`]). A larger one is
-/// `receiving` (seen by nothing but its owner's limits) until its last byte is stored; every
-/// part is stored in its own statement, so a slow sender holds no transaction or connection
-/// while we wait.
+/// whole by the time its first bytes are read is stored in one statement ([`WHOLE_BYTES`]).
+/// Any other is `receiving` (seen by nothing but its owner's limits) until its last byte is
+/// stored; every part is stored in its own statement, so a slow sender holds no transaction
+/// or connection while we wait.
 pub async fn save<S, B, E>(
     pool: &PgPool,
     owner: Uuid,
