@@ -16,22 +16,23 @@ use server::{
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use crate::support::{TestDb, TestServer, csv, until_one};
+use crate::support::{TestDb, TestServer, csv, until};
 
 const IMPORTS: usize = 8;
 
-/// `IMPORTS` plain imports of one owner's, each into a dataset of its own, asked for at once
+/// `imports` plain imports of one owner's, each into a dataset of its own, asked for at once
 /// while the test holds the owner's lock: the first request's leader waits for it with that
 /// import alone, and the others wait for it to finish. Meanwhile the file of import `removed`
 /// (if any) is removed, as retention would. Their answers, in order.
 async fn made_at_once(
     db: &TestDb,
     server: &TestServer,
+    imports: usize,
     limit: Option<i64>,
     removed: Option<usize>,
 ) -> Vec<Result<Created, CreateError>> {
     let mut uploaded = Vec::new();
-    for n in 0..IMPORTS {
+    for n in 0..imports {
         let upload = server.upload(&format!("{n}.csv"), csv(5)).await;
         uploaded.push(Uuid::parse_str(upload["id"].as_str().unwrap()).unwrap());
     }
@@ -47,7 +48,7 @@ async fn made_at_once(
     }
     let held = hold_owners_lock(db, owner).await;
     let groups = Groups::new(None);
-    let names: Vec<String> = (0..IMPORTS).map(|n| format!("set{n}")).collect();
+    let names: Vec<String> = (0..imports).map(|n| format!("set{n}")).collect();
     let creates = uploads.into_iter().zip(&names).map(|(upload, name)| {
         let import = Import {
             upload_id: upload.id,
@@ -67,16 +68,24 @@ async fn made_at_once(
         groups.create(&db.pool, owner, upload, import, options)
     });
     let mut all = Box::pin(join_all(creates));
-    // One poll asks for every import: the first request's leader is spawned with its import,
-    // the others wait for the next group.
-    assert!(futures::poll!(&mut all).is_pending());
-    until_one(
-        db,
-        "the leader waits for the owner's lock",
-        "select count(*) from pg_stat_activity
-         where datname = current_database() and wait_event_type = 'Lock'
-           and query like '%active jobs:%'",
-    )
+    // Polled (nothing else runs meanwhile) until every import is asked for: the first
+    // request's leader is spawned with its import, the others wait for the next group. (Past
+    // 30 futures, `join_all` polls only some of them each time.)
+    for _ in 0..imports {
+        assert!(futures::poll!(&mut all).is_pending());
+    }
+    // (An import past those that may wait may be waiting for the lock too.)
+    until("the leader waits for the owner's lock", || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+             where datname = current_database() and wait_event_type = 'Lock'
+               and query like '%active jobs:%'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        waiting >= 1
+    })
     .await;
     if let Some(removed) = removed {
         sqlx::query("delete from uploads where id = $1")
@@ -113,7 +122,7 @@ async fn transactions(db: &TestDb, jobs: &[Uuid]) -> i64 {
 async fn imports_asked_for_at_once_are_made_in_one_transaction_with_their_turns() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let made = made_at_once(&db, &server, None, None).await;
+    let made = made_at_once(&db, &server, IMPORTS, None, None).await;
     let jobs: Vec<Uuid> = made
         .into_iter()
         .map(|created| {
@@ -154,7 +163,7 @@ async fn imports_asked_for_at_once_are_made_in_one_transaction_with_their_turns(
 async fn a_group_that_meets_the_live_job_limit_is_made_without_the_imports_past_it() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let mut made = made_at_once(&db, &server, Some(5), None).await;
+    let mut made = made_at_once(&db, &server, IMPORTS, Some(5), None).await;
     // The first five asked for are made, the last three refused.
     for refusal in made.split_off(5) {
         assert!(matches!(
@@ -181,7 +190,7 @@ async fn a_group_that_meets_the_live_job_limit_is_made_without_the_imports_past_
 async fn a_group_one_of_whose_files_was_removed_is_made_one_by_one() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let mut made = made_at_once(&db, &server, None, Some(3)).await;
+    let mut made = made_at_once(&db, &server, IMPORTS, None, Some(3)).await;
     assert!(matches!(
         made.remove(3),
         Err(CreateError::UploadNotFound(_))
@@ -195,5 +204,25 @@ async fn a_group_one_of_whose_files_was_removed_is_made_one_by_one() {
         .await
         .unwrap();
     assert_eq!(datasets, 7);
+    server.stop().await;
+}
+
+/// More imports than may wait for a group: the 128 that may wait go in groups of at most 32,
+/// and the one past them is made alone, by its own request.
+#[tokio::test]
+async fn groups_hold_at_most_32_and_an_import_past_128_waiting_is_made_alone() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let made = made_at_once(&db, &server, 130, None, None).await;
+    let jobs: Vec<Uuid> = made.into_iter().map(|made| made.unwrap().job.id).collect();
+    let groups: Vec<i64> = sqlx::query_scalar(
+        "select count(*) from jobs where id = any($1) group by xmin::text order by 1",
+    )
+    .bind(&jobs)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    // The leader's first import, the one past those waiting, and four groups.
+    assert_eq!(groups, [1, 1, 32, 32, 32, 32]);
     server.stop().await;
 }
