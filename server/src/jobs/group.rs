@@ -145,11 +145,7 @@ impl Groups {
         };
         match joined {
             Joined::Queued => {}
-            Joined::Full(waiting) => {
-                let (lane, upload, options) = (self.lane(), &waiting.upload, &waiting.options);
-                return create::import_alone(pool, lane, owner, upload, waiting.import(), options)
-                    .await;
-            }
+            Joined::Full(waiting) => return self.make_alone(pool, owner, &waiting).await,
             Joined::Leads(first) => {
                 // Made before the task, so that the owner leaves the map even if the task
                 // never runs (the runtime stopping).
@@ -224,11 +220,20 @@ impl Groups {
             }
         }
         for waiting in group {
-            let (lane, upload, options) = (self.lane(), &waiting.upload, &waiting.options);
-            let made =
-                create::import_alone(pool, lane, owner, upload, waiting.import(), options).await;
+            let made = self.make_alone(pool, owner, &waiting).await;
             let _gone = waiting.answer.send(made);
         }
+    }
+
+    /// Makes one waiting import in a transaction of its own, as a create of one.
+    async fn make_alone(
+        &self,
+        pool: &PgPool,
+        owner: Uuid,
+        waiting: &Waiting,
+    ) -> Result<Created, CreateError> {
+        let (lane, upload, options) = (self.lane(), &waiting.upload, &waiting.options);
+        create::import_alone(pool, lane, owner, upload, waiting.import(), options).await
     }
 
     /// Inserts the group's jobs and commits, handing on those the inserts leased; or rolls
