@@ -35,8 +35,11 @@ use crate::store::{
 /// Places in the lane for each run slot (a place is held from the insert to the run's end).
 /// With one, creates often found every place taken and queued their jobs instead: `make bench
 /// ONLY=small` (5,000 jobs) ran at 227–269 jobs/s, against 212–231 without the lane and
-/// 272–276 with four, runs alternated.
-pub const PLACES_PER_SLOT: usize = 4;
+/// 272–276 with four, runs alternated. Since a run imports handed jobs in batches
+/// ([`super::batch`]), eight (10,000 jobs: 426–516 jobs/s, three runs) do better than four
+/// (335) or sixteen (429–445, two runs): with four, a batch holds most of the places while it
+/// runs, and creates queue more of their jobs.
+pub const PLACES_PER_SLOT: usize = 8;
 
 /// The run slots of one process's workers: a run holds one from before it begins to its end.
 pub type Slots = Arc<Semaphore>;

@@ -18,6 +18,7 @@
 //!   batch, each batch counted as progress, and completes when none are left.
 //! - Every transition sends `job_progress` in its transaction (see [`crate::store::notify`]).
 
+pub mod batch;
 pub mod bulk;
 pub mod callbacks;
 pub mod chunk;

@@ -63,7 +63,7 @@ pub async fn run(engine: &Engine, job_id: Uuid, run: Run<'_>) -> Result<Done, Ta
     // Read under the job's lock: a small file of one chunk is imported in this transaction,
     // which also starts the job, so a small job's whole run is one transaction.
     let head = uploads::read_range(&mut *tx, job.upload_id, 0, SMALL_FILE).await?;
-    if workbook::Kind::of(&head).is_some() || head.len() as u64 >= SMALL_FILE {
+    if !is_small_csv(&head) {
         start(&mut tx, job_id).await?;
         tx.commit().await?;
         if workbook::Kind::of(&head).is_some() {
@@ -115,6 +115,12 @@ async fn start(tx: &mut PgConnection, job_id: Uuid) -> sqlx::Result<()> {
 /// transactions (`make bench ONLY=small`).
 pub(super) const SMALL_FILE: u64 = uploads::PART_BYTES as u64;
 
+/// Whether `head`, the first [`SMALL_FILE`] bytes of an upload, is all of a file that is not a
+/// workbook: the plan reads it from memory, and imports it at once if it is one chunk.
+pub(super) fn is_small_csv(head: &[u8]) -> bool {
+    workbook::Kind::of(head).is_none() && (head.len() as u64) < SMALL_FILE
+}
+
 /// Imports a file of one chunk in `tx`, which holds the job's lock: its format, its chunk
 /// recorded done with its rows, the job started, sealed, counted, its plan's lease given back
 /// and the job ended in one update (two when rows failed), with one notification; and the
@@ -157,7 +163,7 @@ async fn import_at_once(
 
 /// Writes the one chunk's rows and ends the job, as [`import_at_once`] says: the job's new
 /// version and the rows, `None` if the job was not live and unsealed.
-async fn write_at_once(
+pub(super) async fn write_at_once(
     tx: &mut PgConnection,
     job_id: Uuid,
     job: &ImportJob,

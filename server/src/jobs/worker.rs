@@ -35,7 +35,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use super::{
-    Done, Engine, Run, TaskError, chunk, deletion, export,
+    Done, Engine, Run, TaskError, batch, chunk, deletion, export,
     lane::{self, Handed, Slots},
     maintenance, plan,
 };
@@ -242,12 +242,22 @@ async fn take_handed(runner: Runner, mut lane: lane::Receiver, shutdown: Cancell
                 continue;
             }
         };
-        let task = handed.task();
-        let span = task_span(&task);
+        // Those handed on meanwhile run with it, in one batch ([`batch`]).
+        let mut handed = vec![handed];
+        while handed.len() < batch::MOST {
+            match lane.try_recv() {
+                Ok(next) => handed.push(next),
+                Err(_) => break,
+            }
+        }
+        let span = match &handed[..] {
+            [one] => task_span(&one.task()),
+            more => tracing::error_span!("batch", jobs = more.len()),
+        };
         let runner_ = runner.clone();
         runner.runs.spawn(
             async move {
-                runner_.run_handed(handed).await;
+                runner_.run_batch(handed).await;
                 drop(slot);
             }
             .instrument(span),
@@ -330,29 +340,89 @@ impl Runner {
         self.run_leased(task, lease).await;
     }
 
-    /// Runs a job its create handed on. One that waited for a slot for a heartbeat or more
-    /// renews its lease first (the run's own first renewal comes a heartbeat after it begins),
-    /// and is given back if that fails: a lease lost meanwhile was rescued, and the job runs
-    /// elsewhere.
-    async fn run_handed(&self, handed: Handed) {
-        let task = handed.task();
-        let Handed {
-            lease,
-            leased_at,
-            place,
-        } = handed;
-        if leased_at.elapsed() >= self.heartbeat {
-            let renewed = leases::renew(&self.engine.pool, &lease, self.lease).await;
-            if !matches!(renewed, Ok(true)) {
-                // Lost (rescued meanwhile), or the job ended (a cancel): nothing to run.
-                tracing::info!(?task, "a handed job's lease was not renewed: {renewed:?}");
-                lane::give_back(&self.engine.pool, &lease).await;
-                return;
+    /// Runs the jobs creates handed on together: those that a batch can import take one
+    /// transaction ([`batch`]); the others, and all of them if the batch fails, run one by one.
+    async fn run_batch(&self, mut handed: Vec<Handed>) {
+        if handed.len() == 1 {
+            return self.run_handed(handed.pop().expect("one")).await;
+        }
+        let pool = &self.engine.pool;
+        let mut ready = Vec::with_capacity(handed.len());
+        for one in handed {
+            if self.renewed(&one).await {
+                ready.push(one);
             }
         }
-        self.run_leased(task, lease).await;
+        let stop = self.stop_all.child_token();
+        let heartbeats: Vec<_> = ready
+            .iter()
+            .map(|one| {
+                let lease = one.lease.clone();
+                let beat = keep_alive(
+                    pool.clone(),
+                    lease,
+                    self.lease,
+                    self.heartbeat,
+                    stop.clone(),
+                );
+                tokio::spawn(beat.in_current_span())
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let leases = ready.iter().map(|one| one.lease.clone()).collect();
+        let imported =
+            tokio::spawn(batch::import(self.engine.clone(), leases, stop).in_current_span());
+        let imported = imported
+            .await
+            .map_err(TaskError::from)
+            .and_then(|done| done);
+        for beat in heartbeats {
+            beat.abort();
+        }
+        let took = started.elapsed();
+        let imported = imported.unwrap_or_else(|err| {
+            tracing::warn!("a batch of small imports failed, each runs alone: {err}");
+            vec![false; ready.len()]
+        });
+        for (one, imported) in ready.into_iter().zip(imported) {
+            if imported {
+                telemetry::task_ran(one.task().kind(), RunOutcome::Ok, took);
+            } else if self.stop_all.is_cancelled() {
+                lane::give_back(pool, &one.lease).await;
+            } else {
+                self.run_handed(one).await;
+            }
+        }
+    }
+
+    /// Runs a job its create handed on, once [`Self::renewed`].
+    async fn run_handed(&self, handed: Handed) {
+        if !self.renewed(&handed).await {
+            return;
+        }
+        let task = handed.task();
+        self.run_leased(task, handed.lease).await;
         // Held to the run's end: places bound the handed jobs waiting and running.
-        drop(place);
+        drop(handed.place);
+    }
+
+    /// Whether a handed job may run under its lease. One that waited for a slot for a
+    /// heartbeat or more renews it first (a run's own first renewal comes a heartbeat after it
+    /// begins), and is given back if that fails: a lease lost meanwhile was rescued, and the
+    /// job runs elsewhere.
+    async fn renewed(&self, handed: &Handed) -> bool {
+        if handed.leased_at.elapsed() < self.heartbeat {
+            return true;
+        }
+        let lease = &handed.lease;
+        let renewed = leases::renew(&self.engine.pool, lease, self.lease).await;
+        if matches!(renewed, Ok(true)) {
+            return true;
+        }
+        // Lost (rescued meanwhile), or the job ended (a cancel): nothing to run.
+        tracing::info!(item = ?lease.item, "a handed job's lease was not renewed: {renewed:?}");
+        lane::give_back(&self.engine.pool, lease).await;
+        false
     }
 
     /// Runs `task` under `lease`, taken for it, renewing the lease while it runs, and records

@@ -35,6 +35,23 @@ pub async fn end_run(
     Ok(())
 }
 
+/// Ends these runs, all as `outcome`, in one statement.
+pub async fn end_runs(
+    conn: impl sqlx::PgExecutor<'_>,
+    runs: &[&str],
+    outcome: RunOutcome,
+) -> sqlx::Result<()> {
+    sqlx::query!(
+        "update job_runs set ended_at = now(), outcome = $2
+         where run = any($1) and ended_at is null",
+        runs as &[&str],
+        outcome as RunOutcome,
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Ends, as lost, the runs of items whose lease expired (in lease rescue's transaction).
 pub async fn lose_runs(
     conn: &mut PgConnection,

@@ -703,6 +703,7 @@ pub async fn used_mappings(pool: &PgPool, dataset_id: Uuid) -> sqlx::Result<Vec<
 /// What the workers need to know about an import job.
 #[derive(Debug, Clone)]
 pub struct ImportJob {
+    pub id: Uuid,
     pub status: JobStatus,
     /// Orders this import's rows after earlier imports' (see [`super::datasets::position`]).
     pub seq: i64,
@@ -766,32 +767,47 @@ pub async fn set_format(
     Ok(())
 }
 
-/// `sqlx::query_as!(ImportJob, …)` for import job `$id`, with `$rest` after the `where`.
-macro_rules! select_import_job {
-    ($id:expr, $rest:tt) => {
+/// `sqlx::query_as!(ImportJob, …)` for the import jobs `$which` picks of `$ids` (`$1`), with
+/// `$rest` after that.
+macro_rules! select_import_jobs {
+    ($which:literal, $ids:expr, $rest:literal) => {
         sqlx::query_as!(
             ImportJob,
-            r#"select status as "status: JobStatus", seq, sealed, owner,
+            r#"select id, status as "status: JobStatus", seq, sealed, owner,
                       upload_id as "upload_id!", dataset_id as "dataset_id!", sheet,
                       row_format as "row_format: Json<RowFormat>",
                       reading as "reading: Json<Reading>", mapping as "mapping: Json<Mapping>",
                       dry_run
-               from jobs where id = $1 and kind = $2"#
+               from jobs where kind = $2 and "#
+                + $which
                 + $rest,
-            $id,
+            $ids,
             JobKind::Import as JobKind,
         )
     };
 }
 
 pub async fn import_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<ImportJob>> {
-    select_import_job!(id, "").fetch_optional(conn).await
+    select_import_jobs!("id = $1", id, "")
+        .fetch_optional(conn)
+        .await
 }
 
 /// Locks the job row for the rest of the transaction and returns it.
 pub async fn lock_import_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<Option<ImportJob>> {
-    select_import_job!(id, " for update")
+    select_import_jobs!("id = $1", id, " for update")
         .fetch_optional(conn)
+        .await
+}
+
+/// Locks these import jobs' rows for the rest of the transaction, in the order of their ids (as
+/// any other locker of several takes them), and returns them: those that are imports.
+pub async fn lock_import_jobs(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+) -> sqlx::Result<Vec<ImportJob>> {
+    select_import_jobs!("id = any($1)", ids, " order by id for update")
+        .fetch_all(conn)
         .await
 }
 

@@ -34,6 +34,22 @@ pub async fn job_changed(conn: &mut PgConnection, id: Uuid, version: i64) -> sql
     Ok(())
 }
 
+/// [`job_changed`] for several jobs, in one statement.
+pub async fn jobs_changed(conn: &mut PgConnection, changed: &[(Uuid, i64)]) -> sqlx::Result<()> {
+    let payloads: Vec<String> = changed
+        .iter()
+        .map(|&(id, version)| announcing(id, version))
+        .collect();
+    sqlx::query!(
+        r#"select count(pg_notify($1, payload)) as "sent!" from unnest($2::text[]) payload"#,
+        CHANNEL,
+        &payloads,
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(())
+}
+
 /// The payload that announces the job's new version on [`CHANNEL`], for a statement that
 /// sends it itself (`pg_notify`) as it makes the change (a new job's insert: a round trip
 /// fewer under its owner's lock); as [`job_changed`], this process stops answering from

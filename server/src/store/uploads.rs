@@ -560,6 +560,25 @@ pub async fn seal_output(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<i64>
     .await
 }
 
+/// The first part of each of these uploads (a file smaller than a part is all there), by
+/// upload; an upload with no part has none. One statement for a batch of small imports
+/// (`jobs::batch`).
+pub async fn first_parts(
+    conn: impl sqlx::PgExecutor<'_>,
+    ids: &[Uuid],
+) -> sqlx::Result<std::collections::HashMap<Uuid, Vec<u8>>> {
+    let parts = sqlx::query!(
+        "select upload_id, data from upload_parts where upload_id = any($1) and part_no = 0",
+        ids,
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(parts
+        .into_iter()
+        .map(|part| (part.upload_id, part.data))
+        .collect())
+}
+
 /// Bytes `start..end` of a received file.
 pub async fn read_range(
     conn: impl sqlx::PgExecutor<'_>,

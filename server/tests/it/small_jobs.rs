@@ -17,7 +17,8 @@ use server::{
 use uuid::Uuid;
 
 use crate::support::{
-    TestDb, TestServer, WorkerProcess, account, csv, drop_trigger, install_trigger, worker_args,
+    TestDb, TestServer, WorkerProcess, account, csv, drop_trigger, install_trigger, until,
+    worker_args,
 };
 
 /// Task messages queued for `job_id`, by task name: "plan" before "chunk". Not by `run_at`:
@@ -415,5 +416,133 @@ async fn a_handed_job_that_finds_no_slot_is_given_back_and_queued() {
             .await
             .unwrap();
     assert_eq!(runs, [(1, "stopped".to_owned()), (1, "ok".to_owned())]);
+    server.stop().await;
+}
+
+/// A server whose one run slot the test holds: an import into the dataset `busy` waits, while
+/// it writes its rows, for an advisory lock the returned connection holds until
+/// [`let_go`]; `more` is run too for every row written. Its handed jobs wait for the slot for
+/// up to a heartbeat, here 5 s.
+async fn one_slot_held(
+    db: &TestDb,
+    more: &str,
+) -> (TestServer, sqlx::pool::PoolConnection<sqlx::Postgres>) {
+    let mut args = worker_args(100);
+    args.concurrency = 1;
+    (args.heartbeat_secs, args.lease_secs) = (5.0, 20.0);
+    let server = TestServer::start(db, Some(args)).await;
+    let busy = "if new.dataset_id = (select id from datasets where name = 'busy') then
+                    perform pg_advisory_xact_lock_shared(4242);
+                end if;";
+    install_trigger(db, &format!("{busy} {more}")).await;
+    let mut held = db.pool.acquire().await.unwrap();
+    sqlx::query("select pg_advisory_lock(4242)")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+    server.import("busy.csv", csv(5), "busy").await;
+    until("the busy import waits for the lock", || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+             where datname = current_database() and wait_event = 'advisory'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        waiting == 1
+    })
+    .await;
+    (server, held)
+}
+
+async fn let_go(mut held: sqlx::pool::PoolConnection<sqlx::Postgres>) {
+    sqlx::query("select pg_advisory_unlock(4242)")
+        .execute(&mut *held)
+        .await
+        .unwrap();
+}
+
+/// How many transactions last wrote these jobs' rows.
+async fn writers(db: &TestDb, jobs: &[Uuid]) -> i64 {
+    sqlx::query_scalar("select count(distinct xmin::text) from jobs where id = any($1)")
+        .bind(jobs)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// Small imports handed on while the run slot is busy wait together, and the run that takes
+/// them imports those of one chunk in one transaction (`jobs::batch`); one of two chunks in the
+/// same batch is planned by a run of its own, as any larger file.
+#[tokio::test]
+async fn small_imports_handed_on_together_are_imported_in_one_transaction() {
+    let db = TestDb::new().await;
+    let (server, held) = one_slot_held(&db, "").await;
+    let mut together = Vec::new();
+    for n in 0..2 {
+        let rows = 10 + n;
+        together.push(
+            server
+                .import("s.csv", csv(rows), &format!("set{n}"))
+                .await
+                .id,
+        );
+    }
+    let larger = server.import("l.csv", csv(150), "larger").await.id;
+    let all = [together[0], together[1], larger];
+    let leased: i64 = sqlx::query_scalar(
+        "select count(*) from jobs where id = any($1) and lease_owner is not null",
+    )
+    .bind(&all[..])
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(leased, 3, "every import was handed on");
+    let_go(held).await;
+
+    for (job, rows) in together.iter().zip([10, 11]) {
+        let done = server.finished(*job).await;
+        assert_eq!((done.status, done.rows_ok), (JobStatus::Completed, rows));
+        assert_eq!(tasks_of(&db, *job).await, Vec::<String>::new());
+    }
+    let done = server.finished(larger).await;
+    assert_eq!((done.status, done.rows_ok), (JobStatus::Completed, 150));
+    assert_eq!(tasks_of(&db, larger).await, ["chunk", "chunk"]);
+    assert_eq!(writers(&db, &together).await, 1);
+    assert_eq!(writers(&db, &all).await, 2);
+    let runs: Vec<String> = sqlx::query_scalar(
+        "select outcome::text from job_runs where job_id = any($1) order by outcome",
+    )
+    .bind(&together)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(runs, ["ok", "ok"]);
+    server.stop().await;
+}
+
+/// A batch that fails is rolled back whole and each of its jobs runs alone: the one whose rows
+/// cannot be written fails as any small import does, the others are imported.
+#[tokio::test]
+async fn a_batch_that_fails_is_rolled_back_and_each_of_its_jobs_runs_alone() {
+    let db = TestDb::new().await;
+    let broken = "if new.dataset_id = (select id from datasets where name = 'broken') then
+                      raise exception 'the disk is on fire';
+                  end if;";
+    let (server, held) = one_slot_held(&db, broken).await;
+    let good = server.import("g.csv", csv(7), "good").await.id;
+    let request = json!({ "dataset": "broken", "maxFailuresPerItem": 1 });
+    let bad = server.import_with("b.csv", csv(5), request).await.id;
+    let also_good = server.import("a.csv", csv(8), "also_good").await.id;
+    let_go(held).await;
+
+    for (job, rows) in [(good, 7), (also_good, 8)] {
+        let done = server.finished(job).await;
+        assert_eq!((done.status, done.rows_ok), (JobStatus::Completed, rows));
+    }
+    assert_eq!(writers(&db, &[good, also_good]).await, 2);
+    let failed = server.finished(bad).await;
+    assert_eq!(failed.status, JobStatus::Failed);
+    assert_eq!(failed.failed_parts.len(), 1);
     server.stop().await;
 }
