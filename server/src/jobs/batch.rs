@@ -1,8 +1,10 @@
 //! Batches of small imports: the jobs a process's creates hand on at the same moment
 //! ([`super::lane`]) are imported by one run in one transaction. Their rows are locked by one
-//! statement and their files read by one; each one's rows are written as the plan writes a file
-//! of one chunk ([`plan::write_at_once`]); their notifications and their runs' ends take one
-//! statement each, and all of it one commit, where each job alone paid for all of those.
+//! statement and their files read by one; their rows, chunks, datasets' columns and counts
+//! are written as the plan writes a file of one chunk, with one statement for each of those
+//! for all of them ([`plan::write_at_once`]); their notifications and their runs' ends take
+//! one statement each, and all of it one commit, where each job alone paid for all of those.
+//! Each job's own update (its counts, its end) stays a statement of its own.
 //!
 //! A batch only takes what is sure to be imported at once: a live, unsealed import of a CSV
 //! file of one chunk. Any other job of the batch (a workbook, a larger file, a file that cannot
@@ -43,28 +45,43 @@ pub async fn import(
 ) -> Result<Vec<bool>, TaskError> {
     let ids: Vec<Uuid> = leases.iter().map(|lease| lease.item.job_id()).collect();
     let mut tx = engine.pool.begin().await?;
-    let ready = readable(&mut tx, &ids, engine.chunk_rows).await?;
+    let mut ready = readable(&mut tx, &ids, engine.chunk_rows).await?;
     if ready.is_empty() {
         tx.rollback().await?;
         return Ok(vec![false; leases.len()]);
     }
-    let mut imported = Vec::with_capacity(ready.len());
-    for (job, plan, file) in ready {
-        let i = ids
-            .iter()
-            .position(|&id| id == job.id)
-            .expect("locked from these ids");
-        let span = plan.chunks[0];
-        let owner = &leases[i].owner;
-        let Some((version, rows)) =
-            plan::write_at_once(&mut tx, job.id, &job, &plan, span, file, owner).await?
-        else {
-            // Locked, live and unsealed: nothing can have moved it.
-            let found = "a job of a batch was not live and unsealed under its lock";
-            return Err(std::io::Error::other(found).into());
-        };
-        imported.push((i, version, rows));
-    }
+    let at_once: Vec<plan::AtOnce> = ready
+        .iter_mut()
+        .map(|(job, plan, file)| {
+            let i = ids
+                .iter()
+                .position(|&id| id == job.id)
+                .expect("locked from these ids");
+            plan::AtOnce {
+                job,
+                plan,
+                span: plan.chunks[0],
+                file: std::mem::take(file),
+                lease_owner: &leases[i].owner,
+            }
+        })
+        .collect();
+    let Some(written) = plan::write_at_once(&mut tx, at_once).await? else {
+        // Locked, live and unsealed: nothing can have moved them.
+        let found = "a job of a batch was not live and unsealed under its lock";
+        return Err(std::io::Error::other(found).into());
+    };
+    let imported: Vec<(usize, i64, csv::ChunkRows)> = ready
+        .iter()
+        .zip(written)
+        .map(|((job, ..), (version, rows))| {
+            let i = ids
+                .iter()
+                .position(|&id| id == job.id)
+                .expect("locked from these ids");
+            (i, version, rows)
+        })
+        .collect();
     let changed: Vec<(Uuid, i64)> = imported.iter().map(|&(i, v, _)| (ids[i], v)).collect();
     notify::jobs_changed(&mut tx, &changed).await?;
     let runs: Vec<&str> = imported.iter().map(|&(i, ..)| &*leases[i].owner).collect();

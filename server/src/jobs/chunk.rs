@@ -145,7 +145,17 @@ async fn write(
     parsed: &csv::ChunkRows,
     stop: &CancellationToken,
 ) -> Result<(), TaskError> {
-    let Some(version) = write_rows(&mut tx, job_id, job, keyed, parsed, None).await? else {
+    let chunk = ChunkWrite {
+        job_id,
+        job,
+        keyed,
+        parsed,
+        whole_plan: None,
+    };
+    let Some(version) = write_rows(&mut tx, &[chunk])
+        .await?
+        .and_then(|v| v.first().copied())
+    else {
         // The job ended while we worked (failed or cancelled): write nothing.
         tx.rollback().await?;
         return Ok(());
@@ -162,48 +172,78 @@ async fn write(
     Ok(())
 }
 
-/// Writes a done chunk's rows and row errors and adds them to the job's and dataset's counts,
-/// in the caller's transaction; the job's new version, or `None` (and the transaction must be
-/// rolled back) if the job is no longer running (with a `whole_plan`: no longer live and
-/// unsealed; see [`states::job::add_chunk`]).
+/// A done chunk's rows to write, of one import.
+#[derive(Clone, Copy)]
+pub struct ChunkWrite<'a> {
+    pub job_id: Uuid,
+    pub job: &'a ImportJob,
+    /// Its dataset has a key its rows carry (they replace rows with the same key).
+    pub keyed: bool,
+    pub parsed: &'a csv::ChunkRows,
+    /// The job's plan, when this chunk is all of it ([`states::job::add_chunk`]).
+    pub whole_plan: Option<WholePlan<'a>>,
+}
+
+/// Writes done chunks' rows and row errors (one import's, or those of a batch of small imports
+/// at once: [`super::batch`]) and adds them to their jobs' and datasets' counts, in the
+/// caller's transaction; each job's new version, or `None` (and the transaction must be rolled
+/// back) if a job is no longer running (with a `whole_plan`: no longer live and unsealed; see
+/// [`states::job::add_chunk`]). The rows of datasets without a key take one statement.
 pub async fn write_rows(
     tx: &mut PgConnection,
-    job_id: Uuid,
-    job: &ImportJob,
-    keyed: bool,
-    parsed: &csv::ChunkRows,
-    whole_plan: Option<WholePlan<'_>>,
-) -> sqlx::Result<Option<i64>> {
-    let mut counts = ChunkCounts {
-        ok: parsed.rows.len() as i64,
-        updated: 0,
-        failed: parsed.errors.len() as i64,
-    };
-    let new_rows = if keyed {
-        let (row_nos, keys, rows) = last_of_each_key(parsed);
-        let new_rows = if job.dry_run {
-            // A dry run writes no row: it counts the keys it has not met.
-            datasets::dry_run_new_keys(&mut *tx, job_id, job.dataset_id, &keys).await?
-        } else {
-            datasets::upsert_rows(&mut *tx, job.dataset_id, job.seq, &row_nos, &keys, &rows).await?
+    chunks: &[ChunkWrite<'_>],
+) -> sqlx::Result<Option<Vec<i64>>> {
+    let mut counted = Vec::with_capacity(chunks.len());
+    let mut appended = Vec::new();
+    for chunk in chunks {
+        let (job, parsed) = (chunk.job, chunk.parsed);
+        let mut counts = ChunkCounts {
+            ok: parsed.rows.len() as i64,
+            updated: 0,
+            failed: parsed.errors.len() as i64,
         };
-        counts.updated = counts.ok - new_rows;
-        new_rows
-    } else {
-        if !job.dry_run {
-            let (row_nos, rows) = (&parsed.row_nos, &parsed.rows);
-            datasets::insert_rows(&mut *tx, job.dataset_id, job.seq, row_nos, rows).await?;
-        }
-        counts.ok
-    };
-    errors::insert(&mut *tx, job_id, &parsed.errors).await?;
-    let Some(added) = states::job::add_chunk(&mut *tx, job_id, counts, whole_plan).await? else {
-        return Ok(None);
-    };
-    if !job.dry_run {
-        datasets::count_added(&mut *tx, job.dataset_id, new_rows).await?;
+        let new_rows = if chunk.keyed {
+            let (row_nos, keys, rows) = last_of_each_key(parsed);
+            let new_rows = if job.dry_run {
+                // A dry run writes no row: it counts the keys it has not met.
+                datasets::dry_run_new_keys(&mut *tx, chunk.job_id, job.dataset_id, &keys).await?
+            } else {
+                datasets::upsert_rows(&mut *tx, job.dataset_id, job.seq, &row_nos, &keys, &rows)
+                    .await?
+            };
+            counts.updated = counts.ok - new_rows;
+            new_rows
+        } else {
+            if !job.dry_run {
+                appended.push(datasets::NewRows {
+                    dataset_id: job.dataset_id,
+                    job_seq: job.seq,
+                    row_nos: &parsed.row_nos,
+                    rows: &parsed.rows,
+                });
+            }
+            counts.ok
+        };
+        counted.push((counts, new_rows));
     }
-    Ok(Some(added.version))
+    datasets::insert_rows(&mut *tx, &appended).await?;
+    let mut versions = Vec::with_capacity(chunks.len());
+    let mut added = Vec::with_capacity(chunks.len());
+    for (chunk, (counts, new_rows)) in chunks.iter().zip(counted) {
+        errors::insert(&mut *tx, chunk.job_id, &chunk.parsed.errors).await?;
+        let whole_plan = chunk.whole_plan;
+        let Some(chunk_added) =
+            states::job::add_chunk(&mut *tx, chunk.job_id, counts, whole_plan).await?
+        else {
+            return Ok(None);
+        };
+        versions.push(chunk_added.version);
+        if !chunk.job.dry_run {
+            added.push((chunk.job.dataset_id, new_rows));
+        }
+    }
+    datasets::count_added(&mut *tx, &added).await?;
+    Ok(Some(versions))
 }
 
 /// The rows to write for a keyed dataset: of rows sharing a key, only the last (it replaces the

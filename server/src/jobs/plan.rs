@@ -17,7 +17,11 @@ use uuid::Uuid;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Done, Engine, Run, TaskError, chunk, format, pipe, sheet};
+use super::{
+    Done, Engine, Run, TaskError,
+    chunk::{self, ChunkWrite},
+    format, pipe, sheet,
+};
 use crate::{
     spreadsheet::{
         ChunkSpan, Plan,
@@ -26,8 +30,7 @@ use crate::{
         workbook,
     },
     store::{
-        chunks::{self, Recorded},
-        datasets, history,
+        chunks, datasets, history,
         jobs::{self, ImportJob},
         notify,
         queue::{self, Priority, TaskMsg},
@@ -136,9 +139,16 @@ async fn import_at_once(
     run: Run<'_>,
 ) -> Result<Done, TaskError> {
     let lease_owner = &run.lease.owner;
-    let written = write_at_once(&mut tx, job_id, job, plan, span, file, lease_owner).await;
+    let whole = AtOnce {
+        job,
+        plan,
+        span,
+        file,
+        lease_owner,
+    };
+    let written = write_at_once(&mut tx, vec![whole]).await;
     let (version, parsed) = match written {
-        Ok(Some(written)) => written,
+        Ok(Some(mut written)) => written.pop().expect("one import written"),
         // The job is locked, live and not sealed: nothing can have moved it.
         Ok(None) => {
             tx.rollback().await?;
@@ -161,43 +171,83 @@ async fn import_at_once(
     Ok(Done::RunEnded)
 }
 
-/// Writes the one chunk's rows and ends the job, as [`import_at_once`] says: the job's new
-/// version and the rows, `None` if the job was not live and unsealed.
+/// A locked, live, unsealed import whose file is one chunk, to import at once.
+pub(super) struct AtOnce<'a> {
+    pub job: &'a ImportJob,
+    pub plan: &'a Plan,
+    /// The plan's one chunk.
+    pub span: ChunkSpan,
+    /// The whole file (taken by the write).
+    pub file: Vec<u8>,
+    /// The owner of the lease of the job's plan.
+    pub lease_owner: &'a str,
+}
+
+/// Writes the one chunk's rows of each import and ends each job, as [`import_at_once`] says
+/// (a batch of imports at once: [`super::batch`], with one statement for what they all
+/// write alike): each job's new version and rows, in the order given; `None` if a job was not
+/// live and unsealed. Refused if any import is.
 pub(super) async fn write_at_once(
     tx: &mut PgConnection,
-    job_id: Uuid,
-    job: &ImportJob,
-    plan: &Plan,
-    span: ChunkSpan,
-    file: Vec<u8>,
-    lease_owner: &str,
-) -> Result<Option<(i64, ChunkRows)>, TaskError> {
-    check_row_numbers(plan)?;
-    let format = format::row_format(&mut *tx, job, plan).await?;
-    let keyed = format.key.is_some();
-    let reading = format.clone();
+    mut imports: Vec<AtOnce<'_>>,
+) -> Result<Option<Vec<(i64, ChunkRows)>>, TaskError> {
+    for import in &imports {
+        check_row_numbers(import.plan)?;
+    }
+    let planned: Vec<(&ImportJob, &Plan)> = imports.iter().map(|i| (i.job, i.plan)).collect();
+    let formats = format::row_formats(&mut *tx, &planned)
+        .await?
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    let read: Vec<_> = imports
+        .iter_mut()
+        .zip(&formats)
+        .map(|(import, format)| {
+            (
+                import.span,
+                format.clone(),
+                std::mem::take(&mut import.file),
+            )
+        })
+        .collect();
     let parsed = tokio::task::spawn_blocking(move || {
-        let bytes = file.get(span.byte_start as usize..span.byte_end as usize);
-        csv::rows_of(&span, bytes.unwrap_or_default(), &reading)
+        read.into_iter()
+            .map(|(span, format, file)| {
+                let bytes = file.get(span.byte_start as usize..span.byte_end as usize);
+                csv::rows_of(&span, bytes.unwrap_or_default(), &format)
+            })
+            .collect::<Vec<_>>()
     })
     .await?;
-    let recorded = chunks::record_done(&mut *tx, job_id, 0, &span).await?;
-    if recorded != Recorded::New {
-        // The job was locked and not sealed, and its chunk is recorded with the seal: no other
-        // run can have recorded it.
-        let found = format!("the one chunk of an unsealed job was recorded already ({recorded:?})");
+    let spans: Vec<(Uuid, &ChunkSpan)> = imports.iter().map(|i| (i.job.id, &i.span)).collect();
+    let recorded = chunks::record_whole(&mut *tx, &spans).await?;
+    if recorded != imports.len() as u64 {
+        // The jobs were locked and not sealed, and a chunk is recorded with the seal: no other
+        // run can have recorded one.
+        let found = "the one chunk of an unsealed job was recorded already";
         return Err(std::io::Error::other(found).into());
     }
-    // Started, sealed with its one chunk, counted, its plan's lease given back and (when no row
-    // failed) completed in one update; with rows in error, the job then ends as after the last
-    // chunk of any import (completed, or failed past its row error limit).
-    let whole_plan = WholePlan {
-        format: &format,
-        item_count: plan.row_count,
-        lease_owner,
-    };
-    let version = chunk::write_rows(tx, job_id, job, keyed, &parsed, Some(whole_plan)).await?;
-    Ok(version.map(|version| (version, parsed)))
+    // Each started, sealed with its one chunk, counted, its plan's lease given back and (when
+    // no row failed) completed in one update; with rows in error, the job then ends as after
+    // the last chunk of any import (completed, or failed past its row error limit).
+    let writes: Vec<ChunkWrite> = imports
+        .iter()
+        .zip(&formats)
+        .zip(&parsed)
+        .map(|((import, format), parsed)| ChunkWrite {
+            job_id: import.job.id,
+            job: import.job,
+            keyed: format.key.is_some(),
+            parsed,
+            whole_plan: Some(WholePlan {
+                format,
+                item_count: import.plan.row_count,
+                lease_owner: import.lease_owner,
+            }),
+        })
+        .collect();
+    let versions = chunk::write_rows(tx, &writes).await?;
+    Ok(versions.map(|versions| versions.into_iter().zip(parsed).collect()))
 }
 
 /// Refused: the plan's last row would pass the row numbers a dataset keeps.

@@ -104,6 +104,39 @@ pub async fn claim(
     Ok(mine == Some(true))
 }
 
+/// Records as done the one chunk of each of these jobs, imported at once (`jobs::plan`), with
+/// their rows in the same transaction; how many were new (a chunk recorded before is left).
+pub async fn record_whole(
+    conn: &mut PgConnection,
+    jobs: &[(Uuid, &ChunkSpan)],
+) -> sqlx::Result<u64> {
+    let ids: Vec<Uuid> = jobs.iter().map(|(id, _)| *id).collect();
+    let first_rows: Vec<i64> = jobs.iter().map(|(_, span)| span.first_row).collect();
+    let row_counts: Vec<i32> = jobs.iter().map(|(_, span)| span.row_count).collect();
+    let starts: Vec<i64> = jobs
+        .iter()
+        .map(|(_, span)| span.byte_start as i64)
+        .collect();
+    let ends: Vec<i64> = jobs.iter().map(|(_, span)| span.byte_end as i64).collect();
+    let inserted = sqlx::query!(
+        "insert into job_chunks
+             (job_id, chunk_no, first_row, row_count, byte_start, byte_end, state, done_at)
+         select id, 0, first_row, row_count, byte_start, byte_end, $6, now()
+         from unnest($1::uuid[], $2::int8[], $3::int4[], $4::int8[], $5::int8[])
+             as c (id, first_row, row_count, byte_start, byte_end)
+         on conflict (job_id, chunk_no) do nothing",
+        &ids,
+        &first_rows,
+        &row_counts,
+        &starts,
+        &ends,
+        ChunkState::Done as ChunkState,
+    )
+    .execute(conn)
+    .await?;
+    Ok(inserted.rows_affected())
+}
+
 /// What recording a streamed chunk found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recorded {

@@ -1,6 +1,8 @@
 //! Datasets and their rows. Their states, and every change of state, are in
 //! [`super::states::dataset`].
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool, types::Json};
@@ -114,13 +116,28 @@ pub async fn schema(
     conn: &mut PgConnection,
     id: Uuid,
 ) -> sqlx::Result<(Vec<Column>, Option<String>)> {
-    let row = sqlx::query!(
-        r#"select columns as "columns: Json<Vec<Column>>", key from datasets where id = $1"#,
-        id,
+    schemas(conn, &[id])
+        .await?
+        .remove(&id)
+        .ok_or(sqlx::Error::RowNotFound)
+}
+
+/// [`schema`] of each of these datasets that exists, by id.
+pub async fn schemas(
+    conn: &mut PgConnection,
+    ids: &[Uuid],
+) -> sqlx::Result<HashMap<Uuid, (Vec<Column>, Option<String>)>> {
+    let rows = sqlx::query!(
+        r#"select id, columns as "columns: Json<Vec<Column>>", key
+           from datasets where id = any($1)"#,
+        ids,
     )
-    .fetch_one(conn)
+    .fetch_all(conn)
     .await?;
-    Ok((row.columns.0, row.key))
+    Ok(rows
+        .into_iter()
+        .map(|row| (row.id, (row.columns.0, row.key)))
+        .collect())
 }
 
 /// The id of the dataset a new import of `owner`'s writes to under this name: their dataset
@@ -249,16 +266,23 @@ pub async fn id_of(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Re
     .await
 }
 
-/// Records the columns of a dataset that has none yet; a dataset keeps its first header.
+/// Records the columns of datasets that have none yet (each dataset at most once here); a
+/// dataset keeps its first header.
 pub async fn adopt_columns(
     conn: &mut PgConnection,
-    id: Uuid,
-    columns: &[Column],
+    adopted: &[(Uuid, Vec<Column>)],
 ) -> sqlx::Result<()> {
+    if adopted.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = adopted.iter().map(|(id, _)| *id).collect();
+    let columns: Vec<Json<&[Column]>> = adopted.iter().map(|(_, c)| Json(c.as_slice())).collect();
     sqlx::query!(
-        "update datasets set columns = $2 where id = $1 and columns = '[]'",
-        id,
-        Json(columns) as _,
+        "update datasets d set columns = a.columns
+         from unnest($1::uuid[], $2::jsonb[]) as a (id, columns)
+         where d.id = a.id and d.columns = '[]'",
+        &ids,
+        &columns as _,
     )
     .execute(conn)
     .await?;
@@ -281,42 +305,68 @@ pub fn position(job_seq: i64, row_no: i64) -> i64 {
 /// three pairs of runs alternated).
 const INSERTED_ROWS: usize = 1_000;
 
-/// Writes one chunk's good rows (stored records) with `COPY`, the fastest way into
-/// PostgreSQL, inside the caller's transaction (a few rows with one `insert`:
-/// [`INSERTED_ROWS`]). The binary format spares the server parsing ids and numbers from text,
-/// and us escaping the records.
-pub async fn insert_rows(
-    conn: &mut PgConnection,
-    dataset_id: Uuid,
-    job_seq: i64,
-    row_nos: &[i64],
-    rows: &[String],
-) -> sqlx::Result<()> {
-    if rows.is_empty() {
+/// One chunk's good rows (stored records) for a dataset without a key, from the import with
+/// sequence number `job_seq`.
+pub struct NewRows<'a> {
+    pub dataset_id: Uuid,
+    pub job_seq: i64,
+    pub row_nos: &'a [i64],
+    pub rows: &'a [String],
+}
+
+/// Writes the good rows of chunks (of one import, or of a batch of small ones) with `COPY`,
+/// the fastest way into PostgreSQL, inside the caller's transaction (a few rows with one
+/// `insert`: [`INSERTED_ROWS`]). The binary format spares the server parsing ids and numbers
+/// from text, and us escaping the records.
+pub async fn insert_rows(conn: &mut PgConnection, chunks: &[NewRows<'_>]) -> sqlx::Result<()> {
+    let count: usize = chunks.iter().map(|chunk| chunk.rows.len()).sum();
+    if count == 0 {
         return Ok(());
     }
-    if rows.len() <= INSERTED_ROWS {
-        let positions: Vec<i64> = row_nos.iter().map(|&n| position(job_seq, n)).collect();
+    let each_row = || {
+        chunks.iter().flat_map(|chunk| {
+            let positions = chunk.row_nos.iter().map(|&n| position(chunk.job_seq, n));
+            positions
+                .zip(chunk.rows)
+                .map(|(pos, row)| (chunk.dataset_id, pos, row))
+        })
+    };
+    if count <= INSERTED_ROWS {
+        let (mut datasets, mut positions, mut rows) = (
+            Vec::with_capacity(count),
+            Vec::with_capacity(count),
+            Vec::with_capacity(count),
+        );
+        for (dataset_id, pos, row) in each_row() {
+            datasets.push(dataset_id);
+            positions.push(pos);
+            rows.push(row.as_str());
+        }
         sqlx::query!(
             "insert into dataset_rows (dataset_id, pos, record)
-             select $1, pos, record from unnest($2::bigint[], $3::text[]) as rows (pos, record)",
-            dataset_id,
+             select * from unnest($1::uuid[], $2::bigint[], $3::text[])",
+            &datasets,
             &positions,
-            rows,
+            &rows as &[&str],
         )
         .execute(conn)
         .await?;
         return Ok(());
     }
-    let mut data = Vec::with_capacity(rows.iter().map(|r| r.len() + 60).sum::<usize>() + 21);
+    let bytes: usize = chunks
+        .iter()
+        .flat_map(|c| c.rows)
+        .map(|r| r.len() + 60)
+        .sum();
+    let mut data = Vec::with_capacity(bytes + 21);
     data.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
     data.extend_from_slice(&0_i32.to_be_bytes()); // flags
     data.extend_from_slice(&0_i32.to_be_bytes()); // header extension length
-    for (&row_no, row) in row_nos.iter().zip(rows) {
+    for (dataset_id, pos, row) in each_row() {
         data.extend_from_slice(&3_i16.to_be_bytes());
         for field in [
             dataset_id.as_bytes().as_slice(),
-            &position(job_seq, row_no).to_be_bytes(),
+            &pos.to_be_bytes(),
             row.as_bytes(),
         ] {
             data.extend_from_slice(&(field.len() as i32).to_be_bytes());
@@ -367,17 +417,22 @@ pub async fn upsert_rows(
     .await
 }
 
-/// Counts rows an import added to a dataset, in the transaction that wrote them. Called after
-/// the job's counters (`states::job::add_chunk`), so that every writer locks the job's row
-/// before the dataset's.
-pub async fn count_added(conn: &mut PgConnection, id: Uuid, added: i64) -> sqlx::Result<()> {
-    if added == 0 {
+/// Counts the rows imports added to datasets (`(dataset, rows)`, a dataset any number of
+/// times), in the transaction that wrote them. Called after the jobs' counters
+/// (`states::job::add_chunk`), so that every writer locks a job's row before its dataset's.
+pub async fn count_added(conn: &mut PgConnection, added: &[(Uuid, i64)]) -> sqlx::Result<()> {
+    let (ids, counts): (Vec<Uuid>, Vec<i64>) =
+        added.iter().filter(|(_, n)| *n != 0).copied().unzip();
+    if ids.is_empty() {
         return Ok(());
     }
     sqlx::query!(
-        "update datasets set row_count = row_count + $2 where id = $1",
-        id,
-        added,
+        "update datasets d set row_count = d.row_count + a.added
+         from (select id, sum(n)::int8 as added from unnest($1::uuid[], $2::int8[]) as u (id, n)
+               group by id) a
+         where d.id = a.id",
+        &ids,
+        &counts,
     )
     .execute(conn)
     .await?;
