@@ -8,9 +8,11 @@
 //!
 //! A batch only takes what is sure to be imported at once: a live, unsealed import of a CSV
 //! file of one chunk. Any other job of the batch (a workbook, a larger file, a file that cannot
-//! be read, a job cancelled meanwhile) is left to a run of its own, which does what a plan does
-//! with it. A batch that fails (a refusal, a database error, a stop) is rolled back whole, and
-//! every one of its jobs runs alone: nothing of a batch stays unless all of it does.
+//! be read, a job cancelled meanwhile, a second import into the same dataset) is left to a run
+//! of its own, which does what a plan does with it. A batch that fails (a refusal, a database
+//! error, a stop) is rolled back whole, and every one of its jobs runs alone (or, once the
+//! process is past its shutdown grace, is given back): nothing of a batch stays unless all of
+//! it does.
 
 use app::history::RunOutcome;
 use sqlx::{Postgres, Transaction};
@@ -21,7 +23,7 @@ use super::{Engine, TaskError, plan};
 use crate::{
     spreadsheet::{Plan, csv},
     store::{
-        history,
+        datasets, history,
         jobs::{self, ImportJob},
         leases::Lease,
         notify, uploads,
@@ -101,8 +103,8 @@ pub async fn import(
 }
 
 /// Locks the jobs of `ids` and reads their files: those to import at once, with their plan and
-/// file, in the order of their datasets (as every batch writes them, so that two batches
-/// importing into the same datasets never wait for each other in a circle).
+/// file, and then their datasets, in the order of their ids (as every batch locks them, so
+/// that two batches importing into the same datasets never wait for each other in a circle).
 async fn readable(
     tx: &mut Transaction<'_, Postgres>,
     ids: &[Uuid],
@@ -132,6 +134,11 @@ async fn readable(
             .collect::<Vec<_>>()
     })
     .await?;
+    // One import per dataset (any other runs alone): a batch's keyed rows are written by one
+    // upsert for each import, which each lock their keys in order, not all of them in one.
     ready.sort_by_key(|(job, ..)| job.dataset_id);
+    ready.dedup_by_key(|(job, ..)| job.dataset_id);
+    let datasets: Vec<Uuid> = ready.iter().map(|(job, ..)| job.dataset_id).collect();
+    datasets::lock_for_writing(tx, &datasets).await?;
     Ok(ready)
 }

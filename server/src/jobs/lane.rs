@@ -15,10 +15,12 @@
 //!
 //! Our tables stay the truth. A handed job is leased like any running item: if the process
 //! dies before its run ends, the lease runs out, lease rescue frees the job and requeueing
-//! queues it as it queues any item without a message. A job that finds no slot within a
-//! heartbeat is given back (so a lease never runs out while it waits), one that began late
-//! renews its lease first, and one that cannot be handed (the workers stopped) is given back by
-//! its create: each is then queued, with its owner's turn.
+//! queues it as it queues any item without a message. The jobs waiting when a slot frees run
+//! in it together, as a batch ([`super::batch`]). A job that finds no slot within a heartbeat
+//! is given back (so a lease never runs out while it waits), one that began late renews its
+//! lease first, one that waits in a batch for the jobs before it has its lease renewed every
+//! heartbeat, and one that cannot be handed (the workers stopped) is given back by its create:
+//! each given back is then queued, with its owner's turn.
 
 use std::{sync::Arc, time::Instant};
 

@@ -216,11 +216,13 @@ async fn fetch(runner: Runner, name: String, lease: Duration, shutdown: Cancella
     }
 }
 
-/// Runs the jobs this process's creates hand on ([`super::lane`]), each once it has a run
-/// slot, until `shutdown`; then gives back the leases of those not begun, so that other workers
-/// run them at once. A job that finds no slot within a heartbeat of its lease (every slot busy
-/// with longer tasks) is given back too, long before its lease could run out: requeueing then
-/// queues it with its owner's turn.
+/// Runs the jobs this process's creates hand on ([`super::lane`]) until `shutdown`; then gives
+/// back the leases of those not begun, so that other workers run them at once. The first job
+/// waiting takes a run slot, and those handed on meanwhile join it, in one batch
+/// ([`Runner::run_batch`]). A first job that finds no slot within a heartbeat of its lease
+/// (every slot busy with longer tasks) is given back too, long before its lease could run out:
+/// requeueing then queues it with its owner's turn (one that joins a batch late renews its
+/// lease, or is given back: [`Runner::renewed`]).
 async fn take_handed(runner: Runner, mut lane: lane::Receiver, shutdown: CancellationToken) {
     loop {
         let handed = tokio::select! {
@@ -376,18 +378,25 @@ impl Runner {
             .await
             .map_err(TaskError::from)
             .and_then(|done| done);
-        for beat in heartbeats {
-            beat.abort();
-        }
         let took = started.elapsed();
         let imported = imported.unwrap_or_else(|err| {
             tracing::warn!("a batch of small imports failed, each runs alone: {err}");
             vec![false; ready.len()]
         });
-        for (one, imported) in ready.into_iter().zip(imported) {
+        // The imported give their places back at once; the others run one by one in this
+        // slot, their leases kept alive until each begins.
+        let mut others = Vec::new();
+        for ((one, beat), imported) in ready.into_iter().zip(heartbeats).zip(imported) {
             if imported {
+                beat.abort();
                 telemetry::task_ran(one.task().kind(), RunOutcome::Ok, took);
-            } else if self.stop_all.is_cancelled() {
+            } else {
+                others.push((one, beat));
+            }
+        }
+        for (one, beat) in others {
+            beat.abort();
+            if self.stop_all.is_cancelled() {
                 lane::give_back(pool, &one.lease).await;
             } else {
                 self.run_handed(one).await;

@@ -266,6 +266,18 @@ pub async fn id_of(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Re
     .await
 }
 
+/// Locks these datasets' rows, in the order of their ids, for the writes of the caller's
+/// transaction (their columns, counts and state), before any of those writes takes them.
+pub async fn lock_for_writing(conn: &mut PgConnection, ids: &[Uuid]) -> sqlx::Result<()> {
+    sqlx::query!(
+        "select 1 as locked from datasets where id = any($1) order by id for no key update",
+        ids,
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(())
+}
+
 /// Records the columns of datasets that have none yet (each dataset at most once here); a
 /// dataset keeps its first header.
 pub async fn adopt_columns(
@@ -299,10 +311,10 @@ pub fn position(job_seq: i64, row_no: i64) -> i64 {
     (job_seq << 32) | row_no
 }
 
-/// Chunks of at most this many rows are written by one `insert` from arrays, larger ones with
-/// `COPY`: its two round trips cost a small job more than the insert's slower rows (`make
-/// bench ONLY=small`, 10,000 jobs of 100 rows: 363–403 jobs/s against 280–316 with `COPY`,
-/// three pairs of runs alternated).
+/// At most this many rows (a chunk's, or a batch's of small imports) are written by one
+/// `insert` from arrays, more with `COPY`: its two round trips cost a small job more than the
+/// insert's slower rows (`make bench ONLY=small`, 10,000 jobs of 100 rows, before batches:
+/// 363–403 jobs/s against 280–316 with `COPY`, three pairs of runs alternated).
 const INSERTED_ROWS: usize = 1_000;
 
 /// One chunk's good rows (stored records) for a dataset without a key, from the import with

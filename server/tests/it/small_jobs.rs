@@ -522,11 +522,18 @@ async fn small_imports_handed_on_together_are_imported_in_one_transaction() {
 }
 
 /// A batch that fails is rolled back whole and each of its jobs runs alone: the one whose rows
-/// cannot be written fails as any small import does, the others are imported.
+/// cannot be written fails as any small import does (tried in the batch, alone, then as its
+/// chunk's task), the others are imported once.
 #[tokio::test]
 async fn a_batch_that_fails_is_rolled_back_and_each_of_its_jobs_runs_alone() {
     let db = TestDb::new().await;
+    // Counted outside any transaction: a sequence's numbers are not rolled back.
+    sqlx::query("create sequence tries")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     let broken = "if new.dataset_id = (select id from datasets where name = 'broken') then
+                      perform nextval('tries');
                       raise exception 'the disk is on fire';
                   end if;";
     let (server, held) = one_slot_held(&db, broken).await;
@@ -544,5 +551,20 @@ async fn a_batch_that_fails_is_rolled_back_and_each_of_its_jobs_runs_alone() {
     let failed = server.finished(bad).await;
     assert_eq!(failed.status, JobStatus::Failed);
     assert_eq!(failed.failed_parts.len(), 1);
+    let tries: i64 = sqlx::query_scalar("select last_value from tries")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(tries, 3, "in the batch, alone, as its chunk's task");
+    // Nothing of the batch stayed: each dataset holds its rows once, and counts them so.
+    let held: Vec<(String, i64, i64)> = sqlx::query_as(
+        "select d.name, d.row_count, (select count(*) from dataset_rows r where r.dataset_id = d.id)
+         from datasets d where d.name in ('good', 'also_good') order by d.name",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let expected = [("also_good".to_owned(), 8, 8), ("good".to_owned(), 7, 7)];
+    assert_eq!(held, expected);
     server.stop().await;
 }
