@@ -188,7 +188,8 @@ pub struct ChunkWrite<'a> {
 /// at once: [`super::batch`]) and adds them to their jobs' and datasets' counts, in the
 /// caller's transaction; each job's new version, or `None` (and the transaction must be rolled
 /// back) if a job is no longer running (with a `whole_plan`: no longer live and unsealed; see
-/// [`states::job::add_chunk`]). The rows of datasets without a key take one statement.
+/// [`states::job::add_chunk`]). The rows of datasets without a key take one statement, and so
+/// do the jobs' counters ([`states::job::add_chunks`]).
 pub async fn write_rows(
     tx: &mut PgConnection,
     chunks: &[ChunkWrite<'_>],
@@ -227,21 +228,19 @@ pub async fn write_rows(
         counted.push((counts, new_rows));
     }
     datasets::insert_rows(&mut *tx, &appended).await?;
-    let mut versions = Vec::with_capacity(chunks.len());
+    let mut counters = Vec::with_capacity(chunks.len());
     let mut added = Vec::with_capacity(chunks.len());
     for (chunk, (counts, new_rows)) in chunks.iter().zip(counted) {
         errors::insert(&mut *tx, chunk.job_id, &chunk.parsed.errors).await?;
-        let whole_plan = chunk.whole_plan;
-        let Some(chunk_added) =
-            states::job::add_chunk(&mut *tx, chunk.job_id, counts, whole_plan).await?
-        else {
-            return Ok(None);
-        };
-        versions.push(chunk_added.version);
+        counters.push((chunk.job_id, counts, chunk.whole_plan));
         if !chunk.job.dry_run {
             added.push((chunk.job.dataset_id, new_rows));
         }
     }
+    let Some(counted) = states::job::add_chunks(&mut *tx, &counters).await? else {
+        return Ok(None);
+    };
+    let versions = counted.iter().map(|chunk| chunk.version).collect();
     datasets::count_added(&mut *tx, &added).await?;
     Ok(Some(versions))
 }

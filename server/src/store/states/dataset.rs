@@ -119,14 +119,17 @@ pub async fn delete(
     Ok(Ok(doomed))
 }
 
-/// `provisional` → `ready`, for the dataset of a (real, not dry-run) import that completed.
-pub async fn ready_after(conn: &mut PgConnection, job_id: Uuid) -> sqlx::Result<()> {
+/// `provisional` → `ready`, for the datasets of (real, not dry-run) imports that completed.
+pub async fn ready_after(conn: &mut PgConnection, job_ids: &[Uuid]) -> sqlx::Result<()> {
+    if job_ids.is_empty() {
+        return Ok(());
+    }
     sqlx::query!(
         "update datasets d set state = $3
          from jobs j
-         where j.id = $1 and d.id = j.dataset_id and j.kind = $4 and j.status = $5
+         where j.id = any($1) and d.id = j.dataset_id and j.kind = $4 and j.status = $5
            and not j.dry_run and d.state = $2",
-        job_id,
+        job_ids,
         DatasetState::Provisional as DatasetState,
         DatasetState::Ready as DatasetState,
         JobKind::Import as JobKind,

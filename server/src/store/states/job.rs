@@ -119,74 +119,122 @@ pub async fn add_chunk(
     counts: ChunkCounts,
     whole_plan: Option<WholePlan<'_>>,
 ) -> sqlx::Result<Option<ChunkAdded>> {
-    let added = sqlx::query!(
+    let added = add_chunks(conn, &[(id, counts, whole_plan)]).await?;
+    Ok(added.and_then(|added| added.first().copied()))
+}
+
+/// [`add_chunk`] for the chunks of several jobs (a batch of small imports, each its whole
+/// plan), their counters in one statement and the datasets of those that complete made
+/// `ready` in one; each job's outcome in the order given, or `None` if any job was not in the
+/// state its chunk expects (and the transaction must be rolled back).
+pub async fn add_chunks(
+    conn: &mut PgConnection,
+    chunks: &[(Uuid, ChunkCounts, Option<WholePlan<'_>>)],
+) -> sqlx::Result<Option<Vec<ChunkAdded>>> {
+    let ids: Vec<Uuid> = chunks.iter().map(|(id, ..)| *id).collect();
+    let count = |of: fn(&ChunkCounts) -> i64| -> Vec<i64> {
+        chunks.iter().map(|(_, counts, _)| of(counts)).collect()
+    };
+    let whole: Vec<bool> = chunks.iter().map(|(.., plan)| plan.is_some()).collect();
+    let formats: Vec<Option<Json<&RowFormat>>> = chunks
+        .iter()
+        .map(|(.., plan)| plan.map(|plan| Json(plan.format)))
+        .collect();
+    let item_counts: Vec<Option<i64>> = chunks
+        .iter()
+        .map(|(.., plan)| plan.map(|plan| plan.item_count))
+        .collect();
+    let lease_owners: Vec<Option<&str>> = chunks
+        .iter()
+        .map(|(.., plan)| plan.map(|plan| plan.lease_owner))
+        .collect();
+    let rows = sqlx::query!(
         r#"update jobs set
-             status = case when e.ends then $13 else $5 end,
-             started_at = case when status = $7 then now() else started_at end,
+             status = case when e.ends then $13 else $9 end,
+             started_at = case when status = $11 then now() else started_at end,
              finished_at = case when e.ends then clock_timestamp() else finished_at end,
-             lease_owner = case when lease_owner = $14 then null else lease_owner end,
-             lease_expires_at = case when lease_owner = $14 then null else lease_expires_at end,
-             sealed = sealed or $8,
-             row_format = coalesce($9, row_format),
-             item_count = coalesce($10, item_count),
-             chunks_total = case when $8 then 1 else chunks_total end,
-             attempts = case when $8 then 0 else attempts end,
-             last_error = case when $8 then null else last_error end,
-             item_progress = item_progress + $2 + $3,
-             rows_ok = rows_ok + $2,
-             rows_failed = rows_failed + $3,
-             rows_updated = rows_updated + $4,
+             lease_owner = case when lease_owner = e.plan_lease then null else lease_owner end,
+             lease_expires_at = case when lease_owner = e.plan_lease then null
+                                     else lease_expires_at end,
+             sealed = sealed or e.whole,
+             row_format = coalesce(e.plan_format, row_format),
+             item_count = coalesce(e.plan_items, item_count),
+             chunks_total = case when e.whole then 1 else chunks_total end,
+             attempts = case when e.whole then 0 else attempts end,
+             last_error = case when e.whole then null else last_error end,
+             item_progress = item_progress + e.add_ok + e.add_failed,
+             rows_ok = rows_ok + e.add_ok,
+             rows_failed = rows_failed + e.add_failed,
+             rows_updated = rows_updated + e.add_updated,
              chunks_done = chunks_done + 1,
              version = version + 1
-         from (select $8 and $3::bigint = 0
-                      and not exists (select 1 from jobs c where c.parent_id = $1) as ends
+         from (select c.*, c.whole and c.add_failed = 0
+                      and not exists (select 1 from jobs p where p.parent_id = c.job) as ends
+               from unnest($1::uuid[], $2::int8[], $3::int8[], $4::int8[], $5::bool[],
+                           $6::jsonb[], $7::int8[], $8::text[])
+                   as c (job, add_ok, add_failed, add_updated, whole, plan_format, plan_items,
+                         plan_lease)
                offset 0) e
-         where id = $1
-           and case when $8 then status = any($11) and not sealed and kind = $12
-                    else status = $5 end
-         returning version, e.ends as "ended!", kind = $6 and sealed and chunks_failed = 0
-             and chunks_done = chunks_total as "finish_export!""#,
-        id,
-        counts.ok,
-        counts.failed,
-        counts.updated,
+         where jobs.id = e.job
+           and case when e.whole then status = any($14) and not sealed and kind = $12
+                    else status = $9 end
+         returning jobs.id, version, e.ends as "ended!", kind = $10 and sealed
+             and chunks_failed = 0 and chunks_done = chunks_total as "finish_export!""#,
+        &ids,
+        &count(|c| c.ok),
+        &count(|c| c.failed),
+        &count(|c| c.updated),
+        &whole,
+        &formats as _,
+        &item_counts as &[Option<i64>],
+        &lease_owners as &[Option<&str>],
         Running as JobStatus,
         JobKind::Export as JobKind,
         Waiting as JobStatus,
-        whole_plan.is_some(),
-        whole_plan.map(|plan| Json(plan.format)) as _,
-        whole_plan.map(|plan| plan.item_count),
-        &LIVE[..] as &[JobStatus],
         JobKind::Import as JobKind,
         Completed as JobStatus,
-        whole_plan.map(|plan| plan.lease_owner),
+        &LIVE[..] as &[JobStatus],
     )
-    .fetch_optional(&mut *conn)
+    .fetch_all(&mut *conn)
     .await?;
-    let Some(added) = added else {
+    if rows.len() != chunks.len() {
         return Ok(None);
-    };
-    if added.ended {
-        // The dataset an import made comes into being when the import completes.
-        dataset::ready_after(conn, id).await?;
-        return Ok(Some(ChunkAdded {
-            version: added.version,
-            finish_export: false,
-        }));
     }
-    let stopped = if counts.failed > 0 {
-        stop_over_row_error_limit(conn, id).await?
-    } else {
-        None
-    };
-    let ended = match stopped {
-        Some(version) => Some(version),
-        None => end_if_all_chunks_ended(conn, id).await?,
-    };
-    Ok(Some(ChunkAdded {
-        version: ended.unwrap_or(added.version),
-        finish_export: ended.is_none() && added.finish_export,
-    }))
+    // The dataset an import made comes into being when the import completes.
+    let ended: Vec<Uuid> = rows
+        .iter()
+        .filter(|row| row.ended)
+        .map(|row| row.id)
+        .collect();
+    dataset::ready_after(conn, &ended).await?;
+    let mut added = Vec::with_capacity(chunks.len());
+    for (id, counts, _) in chunks {
+        let row = rows
+            .iter()
+            .find(|row| row.id == *id)
+            .expect("one row a job");
+        if row.ended {
+            added.push(ChunkAdded {
+                version: row.version,
+                finish_export: false,
+            });
+            continue;
+        }
+        let stopped = if counts.failed > 0 {
+            stop_over_row_error_limit(conn, *id).await?
+        } else {
+            None
+        };
+        let ended = match stopped {
+            Some(version) => Some(version),
+            None => end_if_all_chunks_ended(conn, *id).await?,
+        };
+        added.push(ChunkAdded {
+            version: ended.unwrap_or(row.version),
+            finish_export: ended.is_none() && row.finish_export,
+        });
+    }
+    Ok(Some(added))
 }
 
 /// Ends a `running` job that is over its row error limit (`failed`), or whose sealed plan's
@@ -270,7 +318,7 @@ pub(super) async fn end_if_all_chunks_ended(
     .await?;
     if ended.is_some() {
         // The dataset an import made comes into being when the import completes.
-        dataset::ready_after(conn, id).await?;
+        dataset::ready_after(conn, &[id]).await?;
     }
     Ok(ended)
 }
