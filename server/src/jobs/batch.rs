@@ -1,10 +1,11 @@
 //! Batches of small imports: the jobs a process's creates hand on at the same moment
 //! ([`super::lane`]) are imported by one run in one transaction. Their rows are locked by one
-//! statement and their files read by one; their rows, chunks, datasets' columns and counts
-//! are written as the plan writes a file of one chunk, with one statement for each of those
-//! for all of them ([`plan::write_at_once`]); their notifications and their runs' ends take
-//! one statement each, and all of it one commit, where each job alone paid for all of those.
-//! Each job's own update (its counts, its end) stays a statement of its own.
+//! statement and their files read by one; their rows, chunks, jobs' counters, datasets'
+//! columns and counts are written as the plan writes a file of one chunk, with one statement
+//! for each of those for all of them ([`plan::write_at_once`]); their notifications and their
+//! runs' ends take one statement each, and all of it one commit, where each job alone paid for
+//! all of those (a job with rows in error, or into a dataset with a key, still writes those
+//! alone).
 //!
 //! A batch only takes what is sure to be imported at once: a live, unsealed import of a CSV
 //! file of one chunk. Any other job of the batch (a workbook, a larger file, a file that cannot
@@ -23,7 +24,7 @@ use super::{Engine, TaskError, plan};
 use crate::{
     spreadsheet::{Plan, csv},
     store::{
-        datasets, history,
+        history,
         jobs::{self, ImportJob},
         leases::Lease,
         notify, uploads,
@@ -103,8 +104,10 @@ pub async fn import(
 }
 
 /// Locks the jobs of `ids` and reads their files: those to import at once, with their plan and
-/// file, and then their datasets, in the order of their ids (as every batch locks them, so
-/// that two batches importing into the same datasets never wait for each other in a circle).
+/// file, one per dataset. Their datasets are then locked as one import of each would lock
+/// them, each when it is first written: two batches can wait for each other in a circle only
+/// if both import into the same two datasets at once, which takes imports that name serialize
+/// keys of their own; PostgreSQL then stops one, and its jobs run alone.
 async fn readable(
     tx: &mut Transaction<'_, Postgres>,
     ids: &[Uuid],
@@ -138,7 +141,5 @@ async fn readable(
     // upsert for each import, which each lock their keys in order, not all of them in one.
     ready.sort_by_key(|(job, ..)| job.dataset_id);
     ready.dedup_by_key(|(job, ..)| job.dataset_id);
-    let datasets: Vec<Uuid> = ready.iter().map(|(job, ..)| job.dataset_id).collect();
-    datasets::lock_for_writing(tx, &datasets).await?;
     Ok(ready)
 }

@@ -266,18 +266,6 @@ pub async fn id_of(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Re
     .await
 }
 
-/// Locks these datasets' rows, in the order of their ids, for the writes of the caller's
-/// transaction (their columns, counts and state), before any of those writes takes them.
-pub async fn lock_for_writing(conn: &mut PgConnection, ids: &[Uuid]) -> sqlx::Result<()> {
-    sqlx::query!(
-        "select 1 as locked from datasets where id = any($1) order by id for no key update",
-        ids,
-    )
-    .fetch_all(conn)
-    .await?;
-    Ok(())
-}
-
 /// Records the columns of datasets that have none yet (each dataset at most once here); a
 /// dataset keeps its first header.
 pub async fn adopt_columns(

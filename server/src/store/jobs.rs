@@ -800,13 +800,15 @@ pub async fn lock_import_job(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<
         .await
 }
 
-/// Locks these import jobs' rows for the rest of the transaction, in the order of their ids (as
-/// any other locker of several takes them), and returns them: those that are imports.
+/// Locks these import jobs' rows for the rest of the transaction, in the order of their ids,
+/// and returns them: those that are imports. The lock is the one their updates take, which
+/// lets a new job that names one of them (`fixes`) be inserted meanwhile: the create holding
+/// a dataset the batch goes on to write cannot wait for the batch in a circle.
 pub async fn lock_import_jobs(
     conn: &mut PgConnection,
     ids: &[Uuid],
 ) -> sqlx::Result<Vec<ImportJob>> {
-    select_import_jobs!("id = any($1)", ids, " order by id for update")
+    select_import_jobs!("id = any($1)", ids, " order by id for no key update")
         .fetch_all(conn)
         .await
 }

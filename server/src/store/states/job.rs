@@ -126,7 +126,9 @@ pub async fn add_chunk(
 /// [`add_chunk`] for the chunks of several jobs (a batch of small imports, each its whole
 /// plan), their counters in one statement and the datasets of those that complete made
 /// `ready` in one; each job's outcome in the order given, or `None` if any job was not in the
-/// state its chunk expects (and the transaction must be rolled back).
+/// state its chunk expects (and the transaction must be rolled back). Each job at most once,
+/// and several only when the caller holds their rows already (the update takes them in no
+/// particular order).
 pub async fn add_chunks(
     conn: &mut PgConnection,
     chunks: &[(Uuid, ChunkCounts, Option<WholePlan<'_>>)],
@@ -148,6 +150,10 @@ pub async fn add_chunks(
         .iter()
         .map(|(.., plan)| plan.map(|plan| plan.lease_owner))
         .collect();
+    debug_assert!(
+        ids.iter().collect::<std::collections::HashSet<_>>().len() == ids.len(),
+        "each job at most once"
+    );
     let rows = sqlx::query!(
         r#"update jobs set
              status = case when e.ends then $13 else $9 end,
