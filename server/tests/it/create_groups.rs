@@ -16,7 +16,7 @@ use server::{
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use crate::support::{TestDb, TestServer, csv, until};
+use crate::support::{TestDb, TestServer, csv, until, writers};
 
 const IMPORTS: usize = 8;
 
@@ -108,16 +108,6 @@ async fn hold_owners_lock(db: &TestDb, owner: Uuid) -> Transaction<'static, Post
     held
 }
 
-/// The transactions that inserted these jobs, counted (their rows' `xmin`: the jobs are
-/// never run here).
-async fn transactions(db: &TestDb, jobs: &[Uuid]) -> i64 {
-    sqlx::query_scalar("select count(distinct xmin::text) from jobs where id = any($1)")
-        .bind(jobs)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn imports_asked_for_at_once_are_made_in_one_transaction_with_their_turns() {
     let db = TestDb::new().await;
@@ -143,7 +133,7 @@ async fn imports_asked_for_at_once_are_made_in_one_transaction_with_their_turns(
     let names: Vec<String> = (0..IMPORTS).map(|n| format!("set{n}")).collect();
     assert_eq!(datasets, names);
     // The first alone, the seven others together.
-    assert_eq!(transactions(&db, &jobs).await, 2);
+    assert_eq!(writers(&db, &jobs).await, 2);
     // Queued with the turns one-by-one creates give: each behind the owner's earlier jobs.
     let turns: Vec<i32> = sqlx::query_scalar(
         "select m.priority from unnest($1::uuid[]) with ordinality as asked(id, n)
@@ -174,7 +164,7 @@ async fn a_group_that_meets_the_live_job_limit_is_made_without_the_imports_past_
     let jobs: Vec<Uuid> = made.into_iter().map(|made| made.unwrap().job.id).collect();
     // The first alone; the group of seven met the limit at its fifth import, was rolled back
     // and made again without it and those after it.
-    assert_eq!(transactions(&db, &jobs).await, 2);
+    assert_eq!(writers(&db, &jobs).await, 2);
     let (live, datasets): (i64, i64) = sqlx::query_as(
         "select (select count(*) from jobs where kind = 'import'),
                 (select count(*) from datasets)",
@@ -198,7 +188,7 @@ async fn a_group_one_of_whose_files_was_removed_is_made_one_by_one() {
     let jobs: Vec<Uuid> = made.into_iter().map(|made| made.unwrap().job.id).collect();
     // The first alone; the group of seven met the removed file, was rolled back, and its six
     // other imports were made one by one.
-    assert_eq!(transactions(&db, &jobs).await, 7);
+    assert_eq!(writers(&db, &jobs).await, 7);
     let datasets: i64 = sqlx::query_scalar("select count(*) from datasets")
         .fetch_one(&db.pool)
         .await

@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::support::{
     TestDb, TestServer, WorkerProcess, account, csv, drop_trigger, install_trigger, until,
-    worker_args,
+    worker_args, writers,
 };
 
 /// Task messages queued for `job_id`, by task name: "plan" before "chunk". Not by `run_at`:
@@ -460,15 +460,6 @@ async fn let_go(mut held: sqlx::pool::PoolConnection<sqlx::Postgres>) {
         .execute(&mut *held)
         .await
         .unwrap();
-}
-
-/// How many transactions last wrote these jobs' rows.
-async fn writers(db: &TestDb, jobs: &[Uuid]) -> i64 {
-    sqlx::query_scalar("select count(distinct xmin::text) from jobs where id = any($1)")
-        .bind(jobs)
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
 }
 
 /// Small imports handed on while the run slot is busy wait together, and the run that takes

@@ -981,6 +981,16 @@ impl Gate {
     }
 }
 
+/// How many transactions last wrote these jobs' rows (their `xmin`): those that made them,
+/// for jobs never run since.
+pub async fn writers(db: &TestDb, jobs: &[Uuid]) -> i64 {
+    sqlx::query_scalar("select count(distinct xmin::text) from jobs where id = any($1)")
+        .bind(jobs)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
 /// Makes every insert into `dataset_rows` run `body` (PL/pgSQL, the calling test's own
 /// constant) first: how tests make chunks slow or failing while the worker under test is the
 /// real binary, unchanged.
