@@ -157,7 +157,8 @@ async fn a_run_giving_its_lease_back_as_another_takes_it_over_is_not_called_lost
         &db,
         "the acquire waits for the row",
         "select count(*) from pg_stat_activity
-         where wait_event_type = 'Lock' and query like '%with taken as%'",
+         where datname = current_database() and wait_event_type = 'Lock'
+           and query like '%with taken as%'",
     )
     .await;
     giving_back.commit().await.unwrap();

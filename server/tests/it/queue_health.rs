@@ -78,7 +78,9 @@ async fn the_queue_shows_processes_backlog_and_throughput() {
     until_one(
         &db,
         "the first worker to be held in a chunk, at the gate",
-        "select count(*) from pg_locks where locktype = 'advisory' and not granted",
+        "select count(*) from pg_locks
+         where locktype = 'advisory' and not granted
+           and database = (select oid from pg_database where datname = current_database())",
     )
     .await;
     let busy = health(&server, &admin).await;
