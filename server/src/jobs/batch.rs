@@ -53,20 +53,21 @@ pub async fn import(
         tx.rollback().await?;
         return Ok(vec![false; leases.len()]);
     }
+    // Each ready job's place among the leases.
+    let places: Vec<usize> = ready
+        .iter()
+        .map(|(job, ..)| ids.iter().position(|&id| id == job.id))
+        .collect::<Option<_>>()
+        .expect("locked from these ids");
     let at_once: Vec<plan::AtOnce> = ready
         .iter_mut()
-        .map(|(job, plan, file)| {
-            let i = ids
-                .iter()
-                .position(|&id| id == job.id)
-                .expect("locked from these ids");
-            plan::AtOnce {
-                job,
-                plan,
-                span: plan.chunks[0],
-                file: std::mem::take(file),
-                lease_owner: &leases[i].owner,
-            }
+        .zip(&places)
+        .map(|((job, plan, file), &i)| plan::AtOnce {
+            job,
+            plan,
+            span: plan.chunks[0],
+            file: std::mem::take(file),
+            lease_owner: &leases[i].owner,
         })
         .collect();
     let Some(written) = plan::write_at_once(&mut tx, at_once).await? else {
@@ -74,16 +75,10 @@ pub async fn import(
         let found = "a job of a batch was not live and unsealed under its lock";
         return Err(std::io::Error::other(found).into());
     };
-    let imported: Vec<(usize, i64, csv::ChunkRows)> = ready
-        .iter()
+    let imported: Vec<(usize, i64, csv::ChunkRows)> = places
+        .into_iter()
         .zip(written)
-        .map(|((job, ..), (version, rows))| {
-            let i = ids
-                .iter()
-                .position(|&id| id == job.id)
-                .expect("locked from these ids");
-            (i, version, rows)
-        })
+        .map(|(i, (version, rows))| (i, version, rows))
         .collect();
     let changed: Vec<(Uuid, i64)> = imported.iter().map(|&(i, v, _)| (ids[i], v)).collect();
     notify::jobs_changed(&mut tx, &changed).await?;

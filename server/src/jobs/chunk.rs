@@ -146,7 +146,6 @@ async fn write(
     stop: &CancellationToken,
 ) -> Result<(), TaskError> {
     let chunk = ChunkWrite {
-        job_id,
         job,
         keyed,
         parsed,
@@ -175,7 +174,6 @@ async fn write(
 /// A done chunk's rows to write, of one import.
 #[derive(Clone, Copy)]
 pub struct ChunkWrite<'a> {
-    pub job_id: Uuid,
     pub job: &'a ImportJob,
     /// Its dataset has a key its rows carry (they replace rows with the same key).
     pub keyed: bool,
@@ -207,7 +205,7 @@ pub async fn write_rows(
             let (row_nos, keys, rows) = last_of_each_key(parsed);
             let new_rows = if job.dry_run {
                 // A dry run writes no row: it counts the keys it has not met.
-                datasets::dry_run_new_keys(&mut *tx, chunk.job_id, job.dataset_id, &keys).await?
+                datasets::dry_run_new_keys(&mut *tx, chunk.job.id, job.dataset_id, &keys).await?
             } else {
                 datasets::upsert_rows(&mut *tx, job.dataset_id, job.seq, &row_nos, &keys, &rows)
                     .await?
@@ -231,8 +229,8 @@ pub async fn write_rows(
     let mut counters = Vec::with_capacity(chunks.len());
     let mut added = Vec::with_capacity(chunks.len());
     for (chunk, (counts, new_rows)) in chunks.iter().zip(counted) {
-        errors::insert(&mut *tx, chunk.job_id, &chunk.parsed.errors).await?;
-        counters.push((chunk.job_id, counts, chunk.whole_plan));
+        errors::insert(&mut *tx, chunk.job.id, &chunk.parsed.errors).await?;
+        counters.push((chunk.job.id, counts, chunk.whole_plan));
         if !chunk.job.dry_run {
             added.push((chunk.job.dataset_id, new_rows));
         }

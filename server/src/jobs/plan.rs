@@ -235,7 +235,6 @@ pub(super) async fn write_at_once(
         .zip(&formats)
         .zip(&parsed)
         .map(|((import, format), parsed)| ChunkWrite {
-            job_id: import.job.id,
             job: import.job,
             keyed: format.key.is_some(),
             parsed,
