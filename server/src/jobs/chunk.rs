@@ -15,7 +15,7 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use app::history::RunOutcome;
+use app::{history::RunOutcome, model::Column};
 
 use super::{Engine, Run, TaskError};
 use crate::{
@@ -150,6 +150,7 @@ async fn write(
         keyed,
         parsed,
         whole_plan: None,
+        columns: None,
     };
     let Some(version) = write_rows(&mut tx, &[chunk])
         .await?
@@ -180,6 +181,9 @@ pub struct ChunkWrite<'a> {
     pub parsed: &'a csv::ChunkRows,
     /// The job's plan, when this chunk is all of it ([`states::job::add_chunk`]).
     pub whole_plan: Option<WholePlan<'a>>,
+    /// The columns its dataset takes, if it has none: its plan's header, when the plan is
+    /// written with its rows (a whole plan).
+    pub columns: Option<&'a [Column]>,
 }
 
 /// Writes done chunks' rows and row errors (one import's, or those of a batch of small imports
@@ -227,20 +231,27 @@ pub async fn write_rows(
     }
     datasets::insert_rows(&mut *tx, &appended).await?;
     let mut counters = Vec::with_capacity(chunks.len());
-    let mut added = Vec::with_capacity(chunks.len());
-    for (chunk, (counts, new_rows)) in chunks.iter().zip(counted) {
+    for (chunk, &(counts, _)) in chunks.iter().zip(&counted) {
         errors::insert(&mut *tx, chunk.job.id, &chunk.parsed.errors).await?;
         counters.push((chunk.job.id, counts, chunk.whole_plan));
-        if !chunk.job.dry_run {
-            added.push((chunk.job.dataset_id, new_rows));
-        }
     }
-    let Some(counted) = states::job::add_chunks(&mut *tx, &counters).await? else {
+    let Some(added) = states::job::add_chunks(&mut *tx, &counters).await? else {
         return Ok(None);
     };
-    let versions = counted.iter().map(|chunk| chunk.version).collect();
-    datasets::count_added(&mut *tx, &added).await?;
-    Ok(Some(versions))
+    let written: Vec<datasets::Written<'_>> = chunks
+        .iter()
+        .zip(&counted)
+        .zip(&added)
+        .filter(|((chunk, _), _)| !chunk.job.dry_run)
+        .map(|((chunk, &(_, new_rows)), added)| datasets::Written {
+            dataset_id: chunk.job.dataset_id,
+            columns: chunk.columns,
+            added: new_rows,
+            completed: added.completed,
+        })
+        .collect();
+    datasets::record_written(&mut *tx, &written).await?;
+    Ok(Some(added.iter().map(|chunk| chunk.version).collect()))
 }
 
 /// The rows to write for a keyed dataset: of rows sharing a key, only the last (it replaces the

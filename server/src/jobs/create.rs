@@ -8,7 +8,7 @@ use app::{
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
-use std::{path::Path, sync::Arc};
+use std::{collections::HashMap, path::Path, sync::Arc};
 
 use super::{
     deletion::{self, DeleteError},
@@ -28,7 +28,7 @@ use crate::{
         datasets,
         items::{self as store_items, AddedBy, NewItem, NotAdded},
         job_types,
-        jobs::{self, LiveJobs, NewJob, NewKind, Options},
+        jobs::{self, LiveJobs, NewJob, NewKind, NewRow, Options},
         queue::{self, Priority, TaskMsg},
         states::{DatasetState, ExportFormat, dataset},
         uploads::{self, Upload},
@@ -185,8 +185,7 @@ pub(super) async fn insert_import(
         dry_run: import.dry_run,
         fixes: import.fixes,
     };
-    // A place in the lane, taken under the owner's lock (a create waiting for it holds none).
-    let handing = lane.and_then(|lane| Some((lane.clone(), lane.reserve(upload.size)?)));
+    let handing = place_for(lane, upload);
     let lease = handing
         .as_ref()
         .map(|(lane, reserved)| lane.lease(reserved));
@@ -200,6 +199,88 @@ pub(super) async fn insert_import(
             err => err.into(),
         })?;
     Ok(inserted.map(|job| Inserted { job, handing }))
+}
+
+/// A plain import of a group's ([`group::takes`]): its file, what it asks for and its
+/// options, which carry its serialize key.
+pub(super) struct Plain<'a> {
+    pub upload: &'a Upload,
+    pub import: Import<'a>,
+    pub options: &'a Options,
+}
+
+/// Writes the jobs of a group of plain imports in `tx`, which holds the owner's lock and the
+/// imports' serialize keys', as [`insert_import`] writes one's, with a statement for all where
+/// it can: the datasets none of them has yet made in one (those that exist found, or taken
+/// over, one by one), and the jobs inserted in one, each leased when `lane` has a place for
+/// it. In the group's order.
+pub(super) async fn insert_plain(
+    tx: &mut PgConnection,
+    lane: Option<&Lane>,
+    owner: Uuid,
+    plain: &[Plain<'_>],
+) -> Result<Vec<Inserted>, CreateError> {
+    let mut names: Vec<&str> = plain.iter().map(|one| one.import.dataset).collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut targets: HashMap<String, Uuid> = datasets::make_new(tx, owner, &names)
+        .await?
+        .into_iter()
+        .collect();
+    let mut dataset_ids = Vec::with_capacity(plain.len());
+    for one in plain {
+        // Each name once: a dataset this group made or took over has no job yet, and a second
+        // take-over would find it abandoned.
+        let id = match targets.get(one.import.dataset) {
+            Some(&id) => id,
+            None => {
+                let id = import_target(tx, owner, &one.import).await?;
+                targets.insert(one.import.dataset.to_owned(), id);
+                id
+            }
+        };
+        dataset_ids.push(id);
+    }
+    let handing: Vec<_> = plain
+        .iter()
+        .map(|one| place_for(lane, one.upload))
+        .collect();
+    let rows: Vec<NewRow<'_>> = plain
+        .iter()
+        .zip(&dataset_ids)
+        .zip(&handing)
+        .map(|((one, &dataset_id), handing)| NewRow {
+            dataset_id: Some(dataset_id),
+            kind: NewKind::Import {
+                upload_id: one.import.upload_id,
+                sheet: one.import.sheet,
+                reading: &one.import.reading,
+                mapping: None,
+                dry_run: false,
+                fixes: None,
+            },
+            options: one.options,
+            lease: handing
+                .as_ref()
+                .map(|(lane, reserved)| lane.lease(reserved)),
+        })
+        .collect();
+    let jobs = jobs::insert_many(tx, owner, &rows).await?;
+    if jobs.len() != plain.len() {
+        // A plain import has no dedupe key: it cannot meet an earlier job.
+        return Err(sqlx::Error::RowNotFound.into());
+    }
+    Ok(jobs
+        .into_iter()
+        .zip(handing)
+        .map(|(job, handing)| Inserted { job, handing })
+        .collect())
+}
+
+/// A place in `lane` for a job of `upload`, taken under the owner's lock (a create waiting for
+/// it holds none); `None` when the file is not small or the lane is full.
+fn place_for(lane: Option<&Lane>, upload: &Upload) -> Option<(Lane, Reserved)> {
+    lane.and_then(|lane| Some((lane.clone(), lane.reserve(upload.size)?)))
 }
 
 /// Declares a dataset of `owner`'s: `ready` at once, with its columns and key. `None` when they

@@ -20,44 +20,53 @@ pub fn too_many_rows() -> TaskError {
 
 /// How the chunks will read rows: the file's header, through the job's mapping, lined up with
 /// the dataset's columns. A dataset without columns takes the mapped header's, as text (a dry
-/// run only reads as if it had); a header that does not fit the dataset is the person's
-/// problem (refused, with the reason).
+/// run only reads as if it had), recorded at once; a header that does not fit the dataset is
+/// the person's problem (refused, with the reason).
 pub async fn row_format(
     conn: &mut PgConnection,
     job: &ImportJob,
     plan: &Plan,
 ) -> Result<RowFormat, TaskError> {
     let mut formats = row_formats(conn, &[(job, plan)]).await?;
-    formats.pop().expect("one format for one import")
+    let (format, columns) = formats.pop().expect("one format for one import")?;
+    let taken = datasets::Written {
+        dataset_id: job.dataset_id,
+        columns: columns.as_deref(),
+        added: 0,
+        completed: false,
+    };
+    datasets::record_written(conn, &[taken]).await?;
+    Ok(format)
 }
 
-/// [`row_format`] for each of these imports (a batch of small ones), with one read of their
-/// datasets and one write of the columns those without any take. An import into a dataset that
-/// an earlier one of them gives columns lines up with those.
+/// How each of these imports (one, or a batch of small ones) reads its rows, with one read of
+/// their datasets, as [`row_format`] says; with the columns its dataset takes (not a dry
+/// run's), which the caller records (`datasets::record_written`) with the rows it writes. An
+/// import into a dataset that an earlier one of them gives columns lines up with those.
 pub async fn row_formats(
     conn: &mut PgConnection,
     imports: &[(&ImportJob, &Plan)],
-) -> sqlx::Result<Vec<Result<RowFormat, TaskError>>> {
+) -> sqlx::Result<Vec<Result<Laid, TaskError>>> {
     let ids: Vec<Uuid> = imports.iter().map(|(job, _)| job.dataset_id).collect();
     let mut schemas = datasets::schemas(conn, &ids).await?;
-    let mut adopted = Vec::new();
     let mut formats = Vec::with_capacity(imports.len());
     for (job, plan) in imports {
         let (declared, key) = schemas
             .get(&job.dataset_id)
             .ok_or(sqlx::Error::RowNotFound)?;
-        let format = lay_out(job, plan, declared, key.as_deref());
-        if let Ok((_, Some(columns))) = &format
-            && !job.dry_run
-        {
-            schemas.insert(job.dataset_id, (columns.clone(), key.clone()));
-            adopted.push((job.dataset_id, columns.clone()));
+        let format = lay_out(job, plan, declared, key.as_deref())
+            .map(|(format, columns)| (format, columns.filter(|_| !job.dry_run)));
+        if let Ok((_, Some(columns))) = &format {
+            let key = key.clone();
+            schemas.insert(job.dataset_id, (columns.clone(), key));
         }
-        formats.push(format.map(|(format, _)| format));
+        formats.push(format);
     }
-    datasets::adopt_columns(conn, &adopted).await?;
     Ok(formats)
 }
+
+/// An import's row format, and the columns its dataset takes when it has none.
+pub type Laid = (RowFormat, Option<Vec<Column>>);
 
 /// How `job` reads `plan`'s rows into a dataset of these columns and key; with the columns the
 /// dataset takes when it has none.

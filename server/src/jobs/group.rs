@@ -8,10 +8,12 @@
 //! So a process gathers the plain imports ([`takes`]) its requests ask of one owner while that
 //! owner's previous group is being made: a task of its own, the group's leader, makes them
 //! all in one transaction, which takes the owner's lock (and the imports' serialize keys')
-//! once, runs each import's insert as a create of one would (`create::insert_import`), queues
-//! the messages of those its insert did not lease in one statement, and commits once. Jobs
-//! leased by their inserts are then handed to this process's workers ([`super::lane`]). The
-//! first import an owner asks for while no group of theirs is being made is made at once, alone.
+//! once, writes their jobs as creates of one would, with one statement for all where it can
+//! (`create::insert_plain`: their new datasets in one, their jobs in one), queues the messages
+//! of those their insert did not lease in one statement, and commits once. Jobs leased by their
+//! inserts are then handed to this process's workers ([`super::lane`]), and the requests are
+//! answered by a task of their own while the leader makes the owner's next group. The first
+//! import an owner asks for while no group of theirs is being made is made at once, alone.
 //!
 //! A group is rolled back when an insert meets anything but a new job within the owner's
 //! live-job limit. Past the limit, that import and those after it are refused (each adds a
@@ -33,7 +35,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::{
-    create::{self, CreateError, Created, Import},
+    create::{self, CreateError, Created, Import, Inserted, Plain},
     lane::Lane,
 };
 use crate::{
@@ -200,7 +202,11 @@ impl Groups {
     async fn make(&self, pool: &PgPool, owner: Uuid, mut group: Vec<Waiting>) {
         while group.len() > 1 {
             match self.insert_group(pool, owner, &group).await {
-                Outcome::Made(made) => return answer_made(pool, owner, group, made).await,
+                Outcome::Made(made) => {
+                    // Read back and answered while the owner's next group is made.
+                    tokio::spawn(answer_made(pool.clone(), owner, group, made));
+                    return;
+                }
                 Outcome::OverLimit { at, limit } => {
                     // Those before it are made again, as a smaller group.
                     for waiting in group.drain(at..) {
@@ -250,33 +256,26 @@ impl Groups {
         if let Err(err) = jobs::hold_owners_jobs_and_keys(&mut tx, owner, &keys).await {
             return Outcome::Failed(err.into());
         }
-        let mut inserted = Vec::with_capacity(group.len());
-        for (at, waiting) in group.iter().enumerate() {
-            let (lane, upload, options) = (self.lane(), &waiting.upload, &waiting.options);
-            let refused = match create::insert_import(
-                &mut tx,
-                lane,
-                owner,
-                upload,
-                waiting.import(),
-                options,
-            )
-            .await
-            {
-                Ok(Some(new)) => match create::check_limit(options, &new.job) {
-                    Ok(()) => {
-                        inserted.push(new);
-                        continue;
-                    }
-                    Err(CreateError::TooManyActive { limit }) => Outcome::OverLimit { at, limit },
-                    Err(err) => Outcome::OneByOne(err),
-                },
-                // A plain import has no dedupe key: it cannot meet an earlier job.
-                Ok(None) => Outcome::OneByOne(sqlx::Error::RowNotFound.into()),
-                Err(err) if its_own(&err) => Outcome::OneByOne(err),
-                Err(err) => Outcome::Failed(err),
-            };
-            // Given back before the group goes on, so the owner's lock is free at once.
+        let plain: Vec<_> = group
+            .iter()
+            .map(|waiting| Plain {
+                upload: &waiting.upload,
+                import: waiting.import(),
+                options: &waiting.options,
+            })
+            .collect();
+        let inserted = match create::insert_plain(&mut tx, self.lane(), owner, &plain).await {
+            Ok(inserted) => inserted,
+            Err(err) => {
+                // Given back before the group goes on, so the owner's lock is free at once.
+                let _rolled_back = tx.rollback().await;
+                return match its_own(&err) {
+                    true => Outcome::OneByOne(err),
+                    false => Outcome::Failed(err),
+                };
+            }
+        };
+        if let Some(refused) = refused(group, &inserted) {
             let _rolled_back = tx.rollback().await;
             return refused;
         }
@@ -306,6 +305,19 @@ impl Groups {
         }
         Outcome::Made(Ok(ids))
     }
+}
+
+/// How a group is refused, if one of its jobs is past its owner's live-job limit (counted by
+/// its insert): the first such import and those after it, each adding a live job.
+fn refused(group: &[Waiting], inserted: &[Inserted]) -> Option<Outcome> {
+    let mut checked = group.iter().zip(inserted).enumerate();
+    checked.find_map(
+        |(at, (waiting, new))| match create::check_limit(&waiting.options, &new.job) {
+            Ok(()) => None,
+            Err(CreateError::TooManyActive { limit }) => Some(Outcome::OverLimit { at, limit }),
+            Err(err) => Some(Outcome::OneByOne(err)),
+        },
+    )
 }
 
 /// How a group's transaction ended.
@@ -356,13 +368,13 @@ fn answer_failed(group: Vec<Waiting>, err: &CreateError) {
 /// Answers each request of a group that was made (`made`: its jobs' ids, or the commit's
 /// error), with its job as it stands.
 async fn answer_made(
-    pool: &PgPool,
+    pool: PgPool,
     owner: Uuid,
     group: Vec<Waiting>,
     made: Result<Vec<Uuid>, CreateError>,
 ) {
     let found = match made {
-        Ok(ids) => jobs::find_many(pool, &ids, Sees::OwnedBy(owner))
+        Ok(ids) => jobs::find_many(&pool, &ids, Sees::OwnedBy(owner))
             .await
             .map(|views| (ids, views))
             .map_err(CreateError::from),

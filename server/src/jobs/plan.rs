@@ -202,7 +202,7 @@ pub(super) async fn write_at_once(
     let read: Vec<_> = imports
         .iter_mut()
         .zip(&formats)
-        .map(|(import, format)| {
+        .map(|(import, (format, _))| {
             (
                 import.span,
                 format.clone(),
@@ -234,7 +234,7 @@ pub(super) async fn write_at_once(
         .iter()
         .zip(&formats)
         .zip(&parsed)
-        .map(|((import, format), parsed)| ChunkWrite {
+        .map(|((import, (format, columns)), parsed)| ChunkWrite {
             job: import.job,
             keyed: format.key.is_some(),
             parsed,
@@ -243,6 +243,7 @@ pub(super) async fn write_at_once(
                 item_count: import.plan.row_count,
                 lease_owner: import.lease_owner,
             }),
+            columns: columns.as_deref(),
         })
         .collect();
     let versions = chunk::write_rows(tx, &writes).await?;

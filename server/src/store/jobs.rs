@@ -251,9 +251,20 @@ pub enum NewKind<'a> {
     },
 }
 
+/// A job for [`insert_many`] to insert.
+#[derive(Debug, Clone, Copy)]
+pub struct NewRow<'a> {
+    pub dataset_id: Option<Uuid>,
+    pub kind: NewKind<'a>,
+    pub options: &'a Options,
+    /// A lease of its step for a run of this process, taken by the insert when the job is
+    /// first in line for its serialize key.
+    pub lease: Option<NewLease<'a>>,
+}
+
 /// Inserts a new import, export, delete or items job, `waiting`, and announces it (version 1)
-/// in the same statement. `None` when the owner already has a job with the same dedupe key
-/// (nothing is announced).
+/// in the same statement: [`insert_many`] of one. `None` when the owner already has a job with
+/// the same dedupe key (nothing is announced).
 pub async fn insert(
     conn: &mut PgConnection,
     owner: Uuid,
@@ -262,74 +273,155 @@ pub async fn insert(
     options: &Options,
     lease: Option<NewLease<'_>>,
 ) -> sqlx::Result<Option<NewJob>> {
-    let item_count = match kind {
-        NewKind::Delete { rows } => Some(rows),
-        NewKind::Items { .. } => Some(0),
-        NewKind::Import { .. } | NewKind::Export { .. } => None,
+    let row = NewRow {
+        dataset_id,
+        kind,
+        options,
+        lease,
     };
-    let (job_type, max_failures_per_item) = match kind {
-        NewKind::Items {
-            job_type,
-            max_failures_per_item,
-        } => (
-            Some(job_type),
-            options
-                .max_failures_per_item
-                .or(Some(max_failures_per_item)),
-        ),
-        _ => (None, options.max_failures_per_item),
-    };
-    let (kind, upload_id, sheet, format, reading, mapping, dry_run, fixes) = match kind {
-        NewKind::Import {
-            upload_id,
-            sheet,
-            reading,
-            mapping,
-            dry_run,
-            fixes,
-        } => (
-            JobKind::Import,
-            Some(upload_id),
-            sheet,
-            None,
-            (!reading.is_default()).then_some(Json(reading)),
-            mapping.map(Json),
-            dry_run,
-            fixes,
-        ),
-        NewKind::Export { format } => (
-            JobKind::Export,
-            None,
-            None,
-            Some(format),
-            None,
-            None,
-            false,
-            None,
-        ),
-        NewKind::Delete { .. } => (JobKind::Delete, None, None, None, None, None, false, None),
-        NewKind::Items { .. } => (JobKind::Items, None, None, None, None, None, false, None),
-    };
-    // The owner's live jobs are counted by the insert, as [`live_jobs`] counts them: a create
-    // holds its owner's lock from before the insert to its commit, and a statement of its own
-    // was a round trip more that the owner's other creates waited for (`make bench
-    // ONLY=small`). The statement's snapshot does not see the row it inserts: that one is
-    // added. Its announcement is sent by the same statement, for the same reason.
-    //
-    // With `lease`, the job's step is leased to that run by the insert when the job is first in
-    // line for its serialize key (which the caller's create holds the lock of), and the run is
-    // recorded, as `leases::acquire` would: the caller hands the job to its own process's
-    // workers (`jobs::lane`).
-    let id = Uuid::now_v7();
-    let (lease_owner, lease_secs) = lease.map_or((None, 0.0), |lease| {
-        (Some(lease.owner), lease.ttl.as_secs_f64())
-    });
+    Ok(insert_many(conn, owner, &[row]).await?.pop())
+}
+
+/// New jobs' columns, an array each, as [`insert_many`] binds them.
+#[derive(Default)]
+struct NewColumns<'a> {
+    id: Vec<Uuid>,
+    kind: Vec<JobKind>,
+    upload_id: Vec<Option<Uuid>>,
+    dataset_id: Vec<Option<Uuid>>,
+    sheet: Vec<Option<&'a str>>,
+    format: Vec<Option<ExportFormat>>,
+    max_failures_per_item: Vec<Option<i32>>,
+    max_row_errors: Vec<Option<i64>>,
+    max_row_errors_percent: Vec<Option<f64>>,
+    dedupe_key: Vec<Option<&'a str>>,
+    serialize_key: Vec<Option<&'a str>>,
+    parent_id: Vec<Option<Uuid>>,
+    callback_url: Vec<Option<&'a str>>,
+    reading: Vec<Option<Json<&'a Reading>>>,
+    mapping: Vec<Option<Json<&'a Mapping>>>,
+    dry_run: Vec<bool>,
+    fixes: Vec<Option<Uuid>>,
+    item_count: Vec<Option<i64>>,
+    job_type: Vec<Option<&'a str>>,
+    lease_owner: Vec<Option<&'a str>>,
+    lease_secs: Vec<f64>,
+    announcing: Vec<String>,
+}
+
+impl<'a> NewColumns<'a> {
+    fn push(&mut self, row: &NewRow<'a>) {
+        let options = row.options;
+        let (mut upload_id, mut sheet, mut reading, mut mapping) = (None, None, None, None);
+        let (mut format, mut dry_run, mut fixes, mut job_type) = (None, false, None, None);
+        let mut max_failures_per_item = options.max_failures_per_item;
+        let (kind, item_count) = match row.kind {
+            NewKind::Import {
+                upload_id: file,
+                sheet: named,
+                reading: read,
+                mapping: mapped,
+                dry_run: dry,
+                fixes: fixed,
+            } => {
+                upload_id = Some(file);
+                sheet = named;
+                reading = (!read.is_default()).then_some(Json(read));
+                mapping = mapped.map(Json);
+                dry_run = dry;
+                fixes = fixed;
+                (JobKind::Import, None)
+            }
+            NewKind::Export { format: written } => {
+                format = Some(written);
+                (JobKind::Export, None)
+            }
+            NewKind::Delete { rows } => (JobKind::Delete, Some(rows)),
+            NewKind::Items {
+                job_type: typed,
+                max_failures_per_item: typed_max,
+            } => {
+                job_type = Some(typed);
+                max_failures_per_item = max_failures_per_item.or(Some(typed_max));
+                (JobKind::Items, Some(0))
+            }
+        };
+        let id = Uuid::now_v7();
+        self.id.push(id);
+        self.kind.push(kind);
+        self.upload_id.push(upload_id);
+        self.dataset_id.push(row.dataset_id);
+        self.sheet.push(sheet);
+        self.format.push(format);
+        self.max_failures_per_item.push(max_failures_per_item);
+        self.max_row_errors.push(options.max_row_errors);
+        self.max_row_errors_percent
+            .push(options.max_row_errors_percent);
+        self.dedupe_key.push(options.dedupe_key.as_deref());
+        self.serialize_key.push(options.serialize_key.as_deref());
+        self.parent_id.push(options.parent_id);
+        self.callback_url.push(options.callback_url.as_deref());
+        self.reading.push(reading);
+        self.mapping.push(mapping);
+        self.dry_run.push(dry_run);
+        self.fixes.push(fixes);
+        self.item_count.push(item_count);
+        self.job_type.push(job_type);
+        self.lease_owner.push(row.lease.map(|lease| lease.owner));
+        self.lease_secs
+            .push(row.lease.map_or(0.0, |lease| lease.ttl.as_secs_f64()));
+        self.announcing.push(notify::announcing(id, 1));
+    }
+}
+
+/// Inserts new jobs of `owner`'s, `waiting`, in one statement, as one insert after another
+/// in a transaction would, and announces each (version 1) in it: a group of creates makes all its jobs with one round trip
+/// ([`crate::jobs::group`]). The jobs inserted, in `rows`' order; one the owner's job with
+/// the same dedupe key met is left out (and not announced).
+///
+/// The owner's live jobs are counted by the insert, as [`live_jobs`] counts them, each new job
+/// with those before it in `rows`: a create holds its owner's lock from before the insert to
+/// its commit, and a statement of its own was a round trip more that the owner's other creates
+/// waited for (`make bench ONLY=small`). The statement's snapshot does not see the rows it
+/// inserts, hence the window counts.
+///
+/// A row with a lease has its step leased to that run by the insert when it is first in line
+/// for its serialize key (which the caller's create holds the lock of): no live job has the
+/// key, and no row before it in `rows` does (one its dedupe key leaves out included: a group's
+/// imports have none). The run is recorded, as `leases::acquire` would:
+/// the caller hands the job to its own process's workers (`jobs::lane`).
+pub async fn insert_many(
+    conn: &mut PgConnection,
+    owner: Uuid,
+    rows: &[NewRow<'_>],
+) -> sqlx::Result<Vec<NewJob>> {
+    let mut new = NewColumns::default();
+    for row in rows {
+        new.push(row);
+    }
     let inserted = sqlx::query!(
-        r#"with line as (
-               select $23::text is not null and ($12::text is null or not exists (
-                   select 1 from jobs o
-                   where o.serialize_key = $12 and o.status in ('waiting', 'running')))
-                   as leased
+        r#"with new as (
+               select * from unnest($2::uuid[], $3::job_kind[], $4::uuid[], $5::uuid[],
+                                    $6::text[], $7::export_format[], $8::int4[], $9::int8[],
+                                    $10::float8[], $11::text[], $12::text[], $13::uuid[],
+                                    $14::text[], $15::jsonb[], $16::jsonb[], $17::bool[],
+                                    $18::uuid[], $19::int8[], $20::text[], $21::text[],
+                                    $22::float8[], $23::text[])
+                   with ordinality
+                   as n(id, kind, upload_id, dataset_id, sheet, format, max_failures_per_item,
+                        max_row_errors, max_row_errors_percent, dedupe_key, serialize_key,
+                        parent_id, callback_url, reading, mapping, dry_run, fixes, item_count,
+                        job_type, lease_owner, lease_secs, announcing, nth)
+           ),
+           line as (
+               select new.*, lease_owner is not null and (serialize_key is null or (
+                          nth = min(nth) over (partition by serialize_key)
+                          and not exists (
+                              select 1 from jobs o
+                              where o.serialize_key = new.serialize_key
+                                and o.status in ('waiting', 'running'))))
+                          as leased
+               from new
            ),
            job as (
                insert into jobs (id, kind, owner, upload_id, dataset_id, sheet, format,
@@ -337,63 +429,80 @@ pub async fn insert(
                                  dedupe_key, serialize_key, parent_id, callback_url,
                                  source_filename, reading, mapping, dry_run, fixes, item_count,
                                  job_type, lease_owner, lease_expires_at, attempts)
-               select $1, $2, $3, $4, $5, $6, $7, coalesce($8, 5), $9, $10, $11, $12, $13, $14,
-                      (select filename from uploads where id = $4), $15, $16, $17, $18, $19,
-                      $20, case when leased then $23 end,
-                      case when leased then clock_timestamp() + make_interval(secs => $24) end,
+               select id, kind, $1, upload_id, dataset_id, sheet, format,
+                      coalesce(max_failures_per_item, 5), max_row_errors,
+                      max_row_errors_percent, dedupe_key, serialize_key, parent_id,
+                      callback_url, (select filename from uploads u where u.id = line.upload_id),
+                      reading, mapping, dry_run, fixes, item_count, job_type,
+                      case when leased then lease_owner end,
+                      case when leased then clock_timestamp() + make_interval(secs => lease_secs)
+                      end,
                       leased::int
                from line
+               order by nth
                on conflict (owner, dedupe_key) where dedupe_key is not null do nothing
                returning id, ticket, kind, lease_owner, max_failures_per_item
            ),
            run as (insert into job_runs (run, job_id, attempt, started_at)
                    select lease_owner, id, 1, clock_timestamp() from job
-                   where lease_owner is not null)
-         select id, ticket,
+                   where lease_owner is not null),
+           counted as (
+               select job.*, new.nth, new.announcing,
+                      count(*) over (order by new.nth) as all_before,
+                      count(*) filter (where job.kind <> 'delete') over (order by new.nth)
+                          as limited_before
+               from job join new using (id)
+           )
+         select id as "id!", ticket as "ticket!",
              (select count(*) from jobs o
-              where o.owner = $3 and o.status in ('waiting', 'running')) + 1 as "live_all!",
+              where o.owner = $1 and o.status in ('waiting', 'running')) + all_before
+                 as "live_all!",
              (select count(*) from jobs o
-              where o.owner = $3 and o.status in ('waiting', 'running') and o.kind <> 'delete')
-                 + (kind <> 'delete')::int as "live_limited!",
-             lease_owner is not null as "leased!", max_failures_per_item,
-             (select true from pg_notify($21, $22)) as "announced!"
-         from job"#,
-        id,
-        kind as JobKind,
+              where o.owner = $1 and o.status in ('waiting', 'running') and o.kind <> 'delete')
+                 + limited_before as "live_limited!",
+             lease_owner is not null as "leased!", max_failures_per_item as "max_failures_per_item!",
+             (select true from pg_notify($24, announcing)) as "announced!"
+         from counted
+         order by nth"#,
         owner,
-        upload_id,
-        dataset_id,
-        sheet,
-        format as Option<ExportFormat>,
-        max_failures_per_item,
-        options.max_row_errors,
-        options.max_row_errors_percent as _,
-        options.dedupe_key,
-        options.serialize_key,
-        options.parent_id,
-        options.callback_url,
-        reading as _,
-        mapping as _,
-        dry_run,
-        fixes,
-        item_count,
-        job_type,
+        &new.id,
+        &new.kind as &[JobKind],
+        &new.upload_id as &[Option<Uuid>],
+        &new.dataset_id as &[Option<Uuid>],
+        &new.sheet as &[Option<&str>],
+        &new.format as &[Option<ExportFormat>],
+        &new.max_failures_per_item as &[Option<i32>],
+        &new.max_row_errors as &[Option<i64>],
+        &new.max_row_errors_percent as &[Option<f64>],
+        &new.dedupe_key as &[Option<&str>],
+        &new.serialize_key as &[Option<&str>],
+        &new.parent_id as &[Option<Uuid>],
+        &new.callback_url as &[Option<&str>],
+        &new.reading as _,
+        &new.mapping as _,
+        &new.dry_run,
+        &new.fixes as &[Option<Uuid>],
+        &new.item_count as &[Option<i64>],
+        &new.job_type as &[Option<&str>],
+        &new.lease_owner as &[Option<&str>],
+        &new.lease_secs,
+        &new.announcing,
         notify::CHANNEL,
-        notify::announcing(id, 1),
-        lease_owner,
-        lease_secs,
     )
-    .fetch_optional(conn)
+    .fetch_all(conn)
     .await?;
-    Ok(inserted.map(|row| NewJob {
-        id: row.id,
-        ticket: row.ticket,
-        live: LiveJobs {
-            all: row.live_all,
-            limited: row.live_limited,
-        },
-        leased_max_attempts: row.leased.then_some(row.max_failures_per_item),
-    }))
+    Ok(inserted
+        .into_iter()
+        .map(|row| NewJob {
+            id: row.id,
+            ticket: row.ticket,
+            live: LiveJobs {
+                all: row.live_all,
+                limited: row.live_limited,
+            },
+            leased_max_attempts: row.leased.then_some(row.max_failures_per_item),
+        })
+        .collect())
 }
 
 /// Inserts a batch: a parent job, `running` at once, that children join until it is sealed,

@@ -4,12 +4,15 @@
 //! past it, which are refused; one that meets anything else is made one by one, each request
 //! answered on its own.
 
+use std::{sync::Arc, time::Duration};
+
 use futures::future::join_all;
 use server::{
     auth::Sees,
     jobs::{
         create::{CreateError, Created, Import},
         group::Groups,
+        lane,
     },
     store::{jobs::Options, uploads},
 };
@@ -20,17 +23,24 @@ use crate::support::{TestDb, TestServer, csv, until, writers};
 
 const IMPORTS: usize = 8;
 
-/// `imports` plain imports of one owner's, each into a dataset of its own, asked for at once
-/// while the test holds the owner's lock: the first request's leader waits for it with that
-/// import alone, and the others wait for it to finish. Meanwhile the file of import `removed`
-/// (if any) is removed, as retention would. Their answers, in order.
+/// `sets(n)` datasets, each of their own name.
+fn sets(n: usize) -> Vec<String> {
+    (0..n).map(|n| format!("set{n}")).collect()
+}
+
+/// Plain imports of one owner's, one into each of `datasets`, asked for at once (of `groups`)
+/// while the test holds the owner's lock: the first request's leader waits for it with that import alone, and
+/// the others wait for it to finish. Meanwhile the file of import `removed` (if any) is
+/// removed, as retention would. Their answers, in order.
 async fn made_at_once(
     db: &TestDb,
     server: &TestServer,
-    imports: usize,
+    groups: &Arc<Groups>,
+    datasets: &[String],
     limit: Option<i64>,
     removed: Option<usize>,
 ) -> Vec<Result<Created, CreateError>> {
+    let imports = datasets.len();
     let mut uploaded = Vec::new();
     for n in 0..imports {
         let upload = server.upload(&format!("{n}.csv"), csv(5)).await;
@@ -47,9 +57,7 @@ async fn made_at_once(
         uploads.push(upload.unwrap().unwrap());
     }
     let held = hold_owners_lock(db, owner).await;
-    let groups = Groups::new(None);
-    let names: Vec<String> = (0..imports).map(|n| format!("set{n}")).collect();
-    let creates = uploads.into_iter().zip(&names).map(|(upload, name)| {
+    let creates = uploads.into_iter().zip(datasets).map(|(upload, name)| {
         let import = Import {
             upload_id: upload.id,
             dataset: name,
@@ -112,7 +120,7 @@ async fn hold_owners_lock(db: &TestDb, owner: Uuid) -> Transaction<'static, Post
 async fn imports_asked_for_at_once_are_made_in_one_transaction_with_their_turns() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let made = made_at_once(&db, &server, IMPORTS, None, None).await;
+    let made = made_at_once(&db, &server, &Groups::new(None), &sets(IMPORTS), None, None).await;
     let jobs: Vec<Uuid> = made
         .into_iter()
         .map(|created| {
@@ -130,8 +138,7 @@ async fn imports_asked_for_at_once_are_made_in_one_transaction_with_their_turns(
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    let names: Vec<String> = (0..IMPORTS).map(|n| format!("set{n}")).collect();
-    assert_eq!(datasets, names);
+    assert_eq!(datasets, sets(IMPORTS));
     // The first alone, the seven others together.
     assert_eq!(writers(&db, &jobs).await, 2);
     // Queued with the turns one-by-one creates give: each behind the owner's earlier jobs.
@@ -153,7 +160,15 @@ async fn imports_asked_for_at_once_are_made_in_one_transaction_with_their_turns(
 async fn a_group_that_meets_the_live_job_limit_is_made_without_the_imports_past_it() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let mut made = made_at_once(&db, &server, IMPORTS, Some(5), None).await;
+    let mut made = made_at_once(
+        &db,
+        &server,
+        &Groups::new(None),
+        &sets(IMPORTS),
+        Some(5),
+        None,
+    )
+    .await;
     // The first five asked for are made, the last three refused.
     for refusal in made.split_off(5) {
         assert!(matches!(
@@ -180,7 +195,15 @@ async fn a_group_that_meets_the_live_job_limit_is_made_without_the_imports_past_
 async fn a_group_one_of_whose_files_was_removed_is_made_one_by_one() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let mut made = made_at_once(&db, &server, IMPORTS, None, Some(3)).await;
+    let mut made = made_at_once(
+        &db,
+        &server,
+        &Groups::new(None),
+        &sets(IMPORTS),
+        None,
+        Some(3),
+    )
+    .await;
     assert!(matches!(
         made.remove(3),
         Err(CreateError::UploadNotFound(_))
@@ -197,13 +220,116 @@ async fn a_group_one_of_whose_files_was_removed_is_made_one_by_one() {
     server.stop().await;
 }
 
+/// A group's imports into one dataset, or into one the owner has, are made on it, as they
+/// would be one by one; the others get new datasets. All in the group's transaction.
+#[tokio::test]
+async fn a_groups_imports_into_one_dataset_or_an_existing_one_are_made_on_it() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    // The owner's dataset "kept", ready, and "abandoned", provisional with no import left (as
+    // a failed import leaves it).
+    let upload = server.upload("kept.csv", csv(3)).await;
+    let made: Vec<(String, Uuid)> = sqlx::query_as(
+        "insert into datasets (id, owner, name, state)
+         select gen_random_uuid(), owner, name, state::dataset_state
+         from uploads, (values ('kept', 'ready'), ('abandoned', 'provisional')) v (name, state)
+         where id = $1::uuid
+         returning name, id",
+    )
+    .bind(upload["id"].as_str().unwrap())
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let id_of = |name: &str| made.iter().find(|(n, _)| n == name).unwrap().1;
+    let (kept_id, abandoned_id) = (id_of("kept"), id_of("abandoned"));
+    // A process that takes jobs (and never runs them).
+    let (lane, _never_read) = lane::new("taker-1-deadbeef", Duration::from_secs(600), 2);
+    let groups = Groups::new(Some(lane));
+    let names = [
+        "first",
+        "shared",
+        "kept",
+        "shared",
+        "own",
+        "abandoned",
+        "abandoned",
+    ]
+    .map(String::from);
+    let made = made_at_once(&db, &server, &groups, &names, None, None).await;
+    let jobs: Vec<Uuid> = made.into_iter().map(|made| made.unwrap().job.id).collect();
+    // The first alone, the six others together.
+    assert_eq!(writers(&db, &jobs).await, 2);
+    let on: Vec<Uuid> = sqlx::query_scalar(
+        "select j.dataset_id from unnest($1::uuid[]) with ordinality as asked(id, n)
+         join jobs j on j.id = asked.id order by n",
+    )
+    .bind(&jobs)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(on[1], on[3], "one dataset for both imports into \"shared\"");
+    assert_eq!(
+        on[2], kept_id,
+        "the owner's dataset \"kept\" is imported into"
+    );
+    // The abandoned dataset is taken over once: both imports into "abandoned" go to the new
+    // one, which the second does not take over in turn.
+    assert_eq!(
+        on[5], on[6],
+        "one dataset for both imports into \"abandoned\""
+    );
+    assert_ne!(on[5], abandoned_id);
+    let distinct: std::collections::HashSet<_> = on.iter().collect();
+    assert_eq!(distinct.len(), 5);
+    let datasets: Vec<(String, String)> =
+        sqlx::query_as("select name, state::text from datasets order by name, state::text")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let state = |name: &str, state: &str| (name.to_owned(), state.to_owned());
+    assert_eq!(
+        datasets,
+        [
+            state("abandoned", "deleted"),
+            state("abandoned", "provisional"),
+            state("first", "provisional"),
+            state("kept", "ready"),
+            state("own", "provisional"),
+            state("shared", "provisional"),
+        ]
+    );
+    // Each leased by its insert, but the second into "shared" and into "abandoned": behind the
+    // first in its dataset's line, each is queued.
+    let leased: Vec<bool> = sqlx::query_scalar(
+        "select coalesce(j.lease_owner like 'taker-1-deadbeef/%', false)
+         from unnest($1::uuid[]) with ordinality as asked(id, n)
+         join jobs j on j.id = asked.id order by n",
+    )
+    .bind(&jobs)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(leased, [true, true, true, false, true, true, false]);
+    let mut queued: Vec<Uuid> = sqlx::query_scalar(
+        "select (convert_from(job, 'UTF8')::jsonb ->> 'job_id')::uuid from apalis.jobs",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    queued.sort();
+    let mut behind = vec![jobs[3], jobs[6]];
+    behind.sort();
+    assert_eq!(queued, behind);
+    server.stop().await;
+}
+
 /// More imports than may wait for a group: the 128 that may wait go in groups of at most 32,
 /// and the one past them is made alone, by its own request.
 #[tokio::test]
 async fn groups_hold_at_most_32_and_an_import_past_128_waiting_is_made_alone() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, None).await;
-    let made = made_at_once(&db, &server, 130, None, None).await;
+    let made = made_at_once(&db, &server, &Groups::new(None), &sets(130), None, None).await;
     let jobs: Vec<Uuid> = made.into_iter().map(|made| made.unwrap().job.id).collect();
     let groups: Vec<i64> = sqlx::query_scalar(
         "select count(*) from jobs where id = any($1) group by xmin::text order by 1",

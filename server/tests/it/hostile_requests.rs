@@ -484,11 +484,12 @@ async fn a_job_made_as_retention_removes_its_file_is_told_the_file_is_gone() {
     let id: Uuid = upload["id"].as_str().unwrap().parse().unwrap();
     // Held as a retention round holds a file it is about to delete.
     let mut retention = db.pool.begin().await.unwrap();
-    sqlx::query("select from uploads where id = $1 for update")
-        .bind(id)
-        .execute(&mut *retention)
-        .await
-        .unwrap();
+    let holder: i32 =
+        sqlx::query_scalar("select pg_backend_pid() from uploads where id = $1 for update")
+            .bind(id)
+            .fetch_one(&mut *retention)
+            .await
+            .unwrap();
     let request = json!({ "jobType": "import", "fileGuid": id, "dataset": "old" });
     let create = tokio::spawn(
         server
@@ -497,12 +498,18 @@ async fn a_job_made_as_retention_removes_its_file_is_told_the_file_is_gone() {
             .json(&request)
             .send(),
     );
-    until_one(
-        &db,
-        "the job's insert to wait for the file",
-        "select count(*) from pg_stat_activity where datname = current_database()
-         and wait_event_type = 'Lock' and query like '%insert into jobs%'",
-    )
+    // The only statement of a create that locks its file: the job's insert, checking the
+    // job's reference to it.
+    until("the job's insert to wait for the file", || async {
+        sqlx::query_scalar::<_, bool>(
+            "select exists (select from pg_stat_activity
+                            where $1 = any(pg_blocking_pids(pid)))",
+        )
+        .bind(holder)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    })
     .await;
     sqlx::query("delete from uploads where id = $1")
         .bind(id)

@@ -1024,7 +1024,8 @@ pub async fn assert_stored_bytes_follow_uploads(db: &TestDb) {
     let drift: Vec<(Uuid, i64, i64)> = sqlx::query_as(
         "select coalesce(u.owner, b.owner), coalesce(b.stored, 0), coalesce(u.held, 0)::int8
          from (select owner, sum(size) as held from uploads group by owner) u
-         full join upload_bytes b on b.owner = u.owner
+         full join (select owner, sum(stored)::int8 as stored from upload_bytes group by owner) b
+             on b.owner = u.owner
          where coalesce(b.stored, 0) <> coalesce(u.held, 0)",
     )
     .fetch_all(&db.pool)

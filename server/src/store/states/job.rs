@@ -90,6 +90,10 @@ pub struct ChunkAdded {
     pub version: i64,
     /// Every chunk of an export's sealed plan is done: its file can be assembled.
     pub finish_export: bool,
+    /// The count ended the job `completed` (its whole plan, no row in error): the caller
+    /// makes its import's dataset `ready` with the rows it wrote (`datasets::record_written`).
+    /// A job that ends as its last chunk is counted has its dataset made `ready` here.
+    pub completed: bool,
 }
 
 /// The plan of an import that is one chunk, sealed by [`add_chunk`] as it counts that chunk.
@@ -108,7 +112,8 @@ pub struct WholePlan<'a> {
 /// With a `whole_plan`, the chunk is the one chunk of an import not sealed yet (`waiting`, or
 /// `running` unsealed): the same update starts the job and seals its plan, as [`start`],
 /// [`seal`] and the count one after the other would leave it, gives the plan's lease back,
-/// and, when no row failed and the job has no child job, ends it `completed` too. For a small
+/// and, when no row failed and the job has no child job, ends it `completed` too (its dataset
+/// is made `ready` by the caller: [`ChunkAdded::completed`]). For a small
 /// file imported at once (`jobs::plan`): each update of a job writes a new row version and,
 /// when an indexed column changes, an entry in most of the table's indexes. Its start is then
 /// its transaction's (when the plan took the job), its end the moment it ends; as nobody could
@@ -124,8 +129,7 @@ pub async fn add_chunk(
 }
 
 /// [`add_chunk`] for the chunks of several jobs (a batch of small imports, each its whole
-/// plan), their counters in one statement and the datasets of those that complete made
-/// `ready` in one; each job's outcome in the order given, or `None` if any job was not in the
+/// plan), their counters in one statement; each job's outcome in the order given, or `None` if any job was not in the
 /// state its chunk expects (and the transaction must be rolled back). Each job at most once,
 /// and several only when the caller holds their rows already (the update takes them in no
 /// particular order).
@@ -206,13 +210,6 @@ pub async fn add_chunks(
     if rows.len() != chunks.len() {
         return Ok(None);
     }
-    // The dataset an import made comes into being when the import completes.
-    let ended: Vec<Uuid> = rows
-        .iter()
-        .filter(|row| row.ended)
-        .map(|row| row.id)
-        .collect();
-    dataset::ready_after(conn, &ended).await?;
     let mut added = Vec::with_capacity(chunks.len());
     for (id, counts, _) in chunks {
         let row = rows
@@ -223,6 +220,7 @@ pub async fn add_chunks(
             added.push(ChunkAdded {
                 version: row.version,
                 finish_export: false,
+                completed: true,
             });
             continue;
         }
@@ -238,6 +236,7 @@ pub async fn add_chunks(
         added.push(ChunkAdded {
             version: ended.unwrap_or(row.version),
             finish_export: ended.is_none() && row.finish_export,
+            completed: false,
         });
     }
     Ok(Some(added))
