@@ -220,6 +220,12 @@ pub(super) async fn insert_plain(
     owner: Uuid,
     plain: &[Plain<'_>],
 ) -> Result<Vec<Inserted>, CreateError> {
+    debug_assert!(
+        plain
+            .iter()
+            .all(|one| group::takes(&one.import, one.options)),
+        "plain imports only: no batch, fixed import, mapping, dry run or declared dataset"
+    );
     let mut names: Vec<&str> = plain.iter().map(|one| one.import.dataset).collect();
     names.sort_unstable();
     names.dedup();

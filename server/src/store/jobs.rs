@@ -375,9 +375,9 @@ impl<'a> NewColumns<'a> {
 }
 
 /// Inserts new jobs of `owner`'s, `waiting`, in one statement, as one insert after another
-/// in a transaction would, and announces each (version 1) in it: a group of creates makes all its jobs with one round trip
-/// ([`crate::jobs::group`]). The jobs inserted, in `rows`' order; one the owner's job with
-/// the same dedupe key met is left out (and not announced).
+/// in a transaction would, and announces each (version 1) in it: a group of creates makes all
+/// its jobs with one round trip ([`crate::jobs::group`]). The jobs inserted, in `rows`' order;
+/// one the owner's job with the same dedupe key met is left out (and not announced).
 ///
 /// The owner's live jobs are counted by the insert, as [`live_jobs`] counts them, each new job
 /// with those before it in `rows`: a create holds its owner's lock from before the insert to
@@ -460,7 +460,8 @@ pub async fn insert_many(
              (select count(*) from jobs o
               where o.owner = $1 and o.status in ('waiting', 'running') and o.kind <> 'delete')
                  + limited_before as "live_limited!",
-             lease_owner is not null as "leased!", max_failures_per_item as "max_failures_per_item!",
+             lease_owner is not null as "leased!",
+             max_failures_per_item as "max_failures_per_item!",
              (select true from pg_notify($24, announcing)) as "announced!"
          from counted
          order by nth"#,

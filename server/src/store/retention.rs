@@ -253,9 +253,9 @@ pub async fn prune(
     // when the last part came in): their jobs' items are gone, or no job was ever made. And
     // files whose sender stopped a day ago (the process receiving them died: a live one shows
     // life every minute); a file still arriving is kept however long it takes. Last, as
-    // deleting one holds its owner's total of stored bytes until this commits, and every part
-    // an upload of theirs stores waits for it (a guest whose last files go here goes next
-    // round).
+    // deleting one holds a row of its owner's total of stored bytes (this transaction's
+    // stripe) until this commits, and uploads of theirs that land on it wait for it (a guest
+    // whose last files go here goes next round).
     // Each test of a file is three probes of the indexes of jobs by file (migration 31).
     // Held first, passing over any file a transaction still holds: a job being made names it
     // (its foreign key's check holds the row until it commits), or a part is being stored

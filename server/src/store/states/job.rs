@@ -129,10 +129,10 @@ pub async fn add_chunk(
 }
 
 /// [`add_chunk`] for the chunks of several jobs (a batch of small imports, each its whole
-/// plan), their counters in one statement; each job's outcome in the order given, or `None` if any job was not in the
-/// state its chunk expects (and the transaction must be rolled back). Each job at most once,
-/// and several only when the caller holds their rows already (the update takes them in no
-/// particular order).
+/// plan), their counters in one statement; each job's outcome in the order given, or `None`
+/// if any job was not in the state its chunk expects (and the transaction must be rolled
+/// back). Each job at most once, and several only when the caller holds their rows already
+/// (the update takes them in no particular order).
 pub async fn add_chunks(
     conn: &mut PgConnection,
     chunks: &[(Uuid, ChunkCounts, Option<WholePlan<'_>>)],
