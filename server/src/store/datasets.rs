@@ -424,11 +424,12 @@ pub struct Written<'a> {
 
 /// Records what writes of rows changed of their datasets (a dataset any number of times: the
 /// first columns given are taken), in the transaction that wrote them, with one update of
-/// each dataset: every update of a dataset writes a row version, and after the first in a transaction each also checks the dataset's
-/// owner (its foreign key, a locking read of the owner's row). Three updates of a batch's
-/// datasets (columns, rows, `ready`) took 2.45 ms of a batch's 5.4 (`make bench ONLY=small`,
-/// `pg_stat_statements`). Called after the jobs' counters (`states::job::add_chunk`), so that
-/// every writer locks a job's row before its dataset's.
+/// each dataset: every update of a dataset writes a row version, and after the first in a
+/// transaction each also checks the dataset's owner (its foreign key, a locking read of the
+/// owner's row). Three updates of a batch's datasets (columns, rows, `ready`) took 2.45 ms of
+/// a batch's 5.4 (`make bench ONLY=small`, `pg_stat_statements`). Called after the jobs'
+/// counters (`states::job::add_chunk`), so that every writer locks a job's row before its
+/// dataset's.
 pub async fn record_written(conn: &mut PgConnection, written: &[Written<'_>]) -> sqlx::Result<()> {
     let changes: Vec<&Written<'_>> = written
         .iter()
