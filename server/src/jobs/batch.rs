@@ -47,7 +47,7 @@ pub async fn import(
     stop: CancellationToken,
 ) -> Result<Vec<bool>, TaskError> {
     let ids: Vec<Uuid> = leases.iter().map(|lease| lease.item.job_id()).collect();
-    let mut tx = engine.pool.begin().await?;
+    let mut tx = crate::db::begin_planned_once(&engine.pool).await?;
     let mut ready = readable(&mut tx, &ids, engine.chunk_rows).await?;
     if ready.is_empty() {
         tx.rollback().await?;

@@ -245,7 +245,7 @@ impl Groups {
     /// Inserts the group's jobs and commits, handing on those the inserts leased; or rolls
     /// back, when an insert meets anything but a new job within its owner's limit.
     async fn insert_group(&self, pool: &PgPool, owner: Uuid, group: &[Waiting]) -> Outcome {
-        let mut tx = match pool.begin().await {
+        let mut tx = match crate::db::begin_planned_once(pool).await {
             Ok(tx) => tx,
             Err(err) => return Outcome::Failed(err.into()),
         };

@@ -167,12 +167,13 @@ async fn find_or_make(
     match created {
         Some((_, id)) => Ok(Some(id)),
         None => {
+            // The state written out, so that a generic plan (`db::begin_planned_once`) can
+            // use the partial index of live names.
             sqlx::query_scalar!(
-                "select id from datasets where owner = $1 and name = $2 and state <> $3 \
+                "select id from datasets where owner = $1 and name = $2 and state <> 'deleted' \
                  for share",
                 owner,
                 name,
-                DatasetState::Deleted as DatasetState,
             )
             .fetch_optional(conn)
             .await
