@@ -3,7 +3,7 @@
 //! TSV and the semicolon CSVs of European spreadsheets import as they are. (Workbooks never get
 //! here: planning recognises them first, see `workbook::Kind`.)
 
-use super::{FileError, encoding::Encoding};
+use super::{FileError, csv, encoding::Encoding};
 
 /// Delimiters we recognise, most common first (the first wins a tie).
 pub const DELIMITERS: [u8; 4] = [b',', b'\t', b';', b'|'];
@@ -40,16 +40,7 @@ const TITLE_RECORDS: usize = 5;
 /// record after them has (two or more of them must agree, unless there are no title rows);
 /// `None` when they disagree or when the delimiter does not split them at all.
 fn consistent_fields(sample: &[u8], delimiter: u8) -> Option<(usize, usize)> {
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .delimiter(delimiter)
-        .from_reader(sample);
-    let mut counts = Vec::with_capacity(SAMPLE_RECORDS);
-    for record in reader.byte_records().take(SAMPLE_RECORDS) {
-        let Ok(record) = record else { return None };
-        counts.push(record.len());
-    }
+    let counts = csv::field_counts(sample, delimiter, SAMPLE_RECORDS);
     let &fields = counts.last()?;
     let agreeing = counts.iter().rev().take_while(|&&n| n == fields).count();
     let titles = counts.len() - agreeing;

@@ -38,6 +38,19 @@ pub enum ScanError {
 /// [`MAX_ROW_BYTES`], no chunk holds more than the two together.
 const MAX_CHUNK_BYTES: u64 = 16 << 20;
 
+/// How many fields each of the first `most` records of `sample` has, read as an import reads
+/// them (the delimiter's guess, `sniff::delimiter`, asks this of every delimiter it knows).
+pub fn field_counts(sample: &[u8], delimiter: u8, most: usize) -> Vec<usize> {
+    let mut records = Records::new(sample, delimiter);
+    let mut record = Record::default();
+    let mut counts = Vec::with_capacity(most);
+    // Bytes in memory: reading them cannot fail.
+    while counts.len() < most && records.read(&mut record).unwrap_or(false) {
+        counts.push(record.len());
+    }
+    counts
+}
+
 /// Reads the header, counts the rows and cuts them into chunks of `chunk_rows` (or
 /// [`MAX_CHUNK_BYTES`]).
 pub fn scan(input: impl Read, reading: &Reading, chunk_rows: usize) -> Result<Plan, ScanError> {

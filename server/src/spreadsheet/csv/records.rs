@@ -11,7 +11,10 @@
 //! It can also keep the raw bytes it reads (for planning, which hands each chunk's bytes over
 //! as it finds them), never those of a record that is too large.
 
-use std::io::{self, BufRead};
+use std::{
+    cell::RefCell,
+    io::{self, BufRead},
+};
 
 use super::super::MAX_COLUMNS;
 
@@ -117,12 +120,14 @@ impl Record {
 /// the file).
 pub struct Records<R> {
     input: R,
-    core: csv_core::Reader,
+    /// Given back to this thread's spares when the reader ends (always there until then).
+    core: Option<csv_core::Reader>,
+    delimiter: u8,
     /// The input offset of the next byte to read.
     offset: u64,
-    /// Where a record's fields go once it stopped being kept.
-    scratch: Box<[u8]>,
-    scratch_ends: Box<[usize]>,
+    /// Where a record's fields go once it stopped being kept (made when first needed).
+    scratch: Vec<u8>,
+    scratch_ends: Vec<usize>,
     kept: Option<Kept>,
     /// The last byte read was a carriage return: a line feed next ends the same line.
     after_cr: bool,
@@ -142,10 +147,11 @@ impl<R: BufRead> Records<R> {
     pub fn new(input: R, delimiter: u8) -> Self {
         Records {
             input,
-            core: csv_core::ReaderBuilder::new().delimiter(delimiter).build(),
+            core: Some(parser(delimiter)),
+            delimiter,
             offset: 0,
-            scratch: vec![0; 64 << 10].into_boxed_slice(),
-            scratch_ends: vec![0; 1024].into_boxed_slice(),
+            scratch: Vec::new(),
+            scratch_ends: Vec::new(),
             kept: None,
             after_cr: false,
         }
@@ -177,7 +183,8 @@ impl<R: BufRead> Records<R> {
                     MAX_ROW_BYTES as usize,
                 );
                 grow(&mut record.ends, record.kept, 16, MAX_FIELDS_KEPT);
-                let out = self.core.read_record(
+                let core = self.core.as_mut().expect("a reader's parser");
+                let out = core.read_record(
                     input,
                     &mut record.bytes[record.used..],
                     &mut record.ends[record.kept..],
@@ -186,8 +193,12 @@ impl<R: BufRead> Records<R> {
                 record.kept += out.3;
                 out
             } else {
-                self.core
-                    .read_record(input, &mut self.scratch, &mut self.scratch_ends)
+                if self.scratch.is_empty() {
+                    self.scratch = vec![0; 64 << 10];
+                    self.scratch_ends = vec![0; 1024];
+                }
+                let core = self.core.as_mut().expect("a reader's parser");
+                core.read_record(input, &mut self.scratch, &mut self.scratch_ends)
             };
             if let Some(kept) = &mut self.kept
                 && kept.on
@@ -287,6 +298,44 @@ impl<R: BufRead> Records<R> {
         let kept = self.kept.as_mut().expect("a reader keeping its bytes");
         kept.bytes.clear();
         kept.from = offset;
+    }
+}
+
+thread_local! {
+    /// Parsers that readers of this thread gave back as they ended, by delimiter, reset, at most
+    /// [`SPARES`]: building a parser (its transition table) took 3% of the machine's time in `make
+    /// bench ONLY=small`, where a small file is read by up to seven readers (the delimiter's guess
+    /// tries four). Reused rather than copied: `csv_core`'s `Clone` of a parser keeps only part of
+    /// its table.
+    static SPARE: RefCell<Vec<(u8, csv_core::Reader)>> = const { RefCell::new(Vec::new()) };
+}
+
+const SPARES: usize = 8;
+
+/// A parser for `delimiter`: a spare one, or a new one.
+fn parser(delimiter: u8) -> csv_core::Reader {
+    let spare = SPARE.try_with(|spare| {
+        let mut spare = spare.borrow_mut();
+        let at = spare.iter().position(|&(d, _)| d == delimiter)?;
+        Some(spare.swap_remove(at).1)
+    });
+    let spare = spare.ok().flatten();
+    spare.unwrap_or_else(|| csv_core::ReaderBuilder::new().delimiter(delimiter).build())
+}
+
+impl<R> Drop for Records<R> {
+    fn drop(&mut self) {
+        let Some(mut core) = self.core.take() else {
+            return;
+        };
+        core.reset();
+        // Not while the thread's own spares are being dropped (it is ending).
+        let _ending = SPARE.try_with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if spare.len() < SPARES {
+                spare.push((self.delimiter, core));
+            }
+        });
     }
 }
 
