@@ -2,21 +2,24 @@
 """`make bench` (small part; alone: `make bench ONLY=small`): many small imports (issue 15).
 
 On a release server running its workers, `--jobs` (default 10,000) imports of `--rows`
-(default 100) rows each, made by 16 clients at once (upload, then `POST /api/jobs`; the clients are
-`server/examples/small_imports.rs`), each into a dataset of its own, by one owner. When half are made, another owner makes one import of the
-same size. The owner has 200,000 older jobs whose items are gone (`HISTORY`), as in a
-deployment of some age, before the run begins. Prints:
-  - jobs/s from the first upload to the last job completed (goal: >= 1,000 jobs/s);
+(default 100) rows each, made by 16 clients at once (the clients are
+`server/examples/small_imports.rs`), each into a dataset of its own, by one owner. When half
+of the run with files are made, another owner makes one import of the same size. The owner has
+200,000 older jobs whose items are gone (`HISTORY`), as in a deployment of some age, before the
+runs begin. Prints:
+  - jobs/s from the first request to the last job completed (goal: >= 1,000 jobs/s), twice:
+    each job made with its file in one request (`POST /api/jobs` with a form), and each file
+    uploaded first (`POST /api/uploads`, then `POST /api/jobs`), as two runs on one server;
   - what PostgreSQL alone manages when it makes only the writes a small job cannot do without
     (pgbench with `FLOOR_SCRIPT`, the server stopped), and the end-to-end rate's ratio to it;
-  - p50 / p99 of `POST /api/jobs` (creating a job, its file already uploaded);
+  - p50 / p99 of `POST /api/jobs` in each run (with its file; its file already uploaded);
   - the other owner's job: created -> completed (one owner's backlog must not starve another);
   - the server's peak RSS;
-  - retention keeping up: with the server stopped, everything the run left (not the floor's)
+  - retention keeping up: with the server stopped, everything the runs left (not the floor's)
     is aged past the retention age and
     `server/examples/retention_round.rs --until-done` deletes it (each job's items, file and
     queue message), round after round as the retention duty does: jobs/s, against the rate the
-    run made them at.
+    run with files made them at.
 Completion is watched through the job list's exact per-status counts.
 """
 
@@ -73,14 +76,16 @@ class Client:
         return job, time.monotonic() - start
 
 
-def create_imports(args, jobs, rows, name, midway=None, parallel=16):
+def create_imports(args, jobs, rows, name, midway=None, parallel=16, with_file=False):
     """`jobs` imports of `rows` rows from `parallel` connections of the Rust client
-    (`server/examples/small_imports.rs`, as the signed-in owner); the create latencies. `midway`
-    runs (on its own thread) once half are made."""
+    (`server/examples/small_imports.rs`, as the signed-in owner), each uploaded then created, or
+    `with_file` created with its file in one request; the create latencies. `midway` runs (on
+    its own thread) once half are made."""
     client = subprocess.Popen(
         [args.imports_bin, "--base", f"http://127.0.0.1:{args.port}",
          "--token", AUTH["authorization"].split(" ", 1)[1], "--jobs", str(jobs),
-         "--rows", str(rows), "--connections", str(parallel), "--prefix", name],
+         "--rows", str(rows), "--connections", str(parallel), "--prefix", name]
+        + (["--with-file"] if with_file else []),
         stdout=subprocess.PIPE, text=True)
     midway_thread = None
     for line in client.stdout:
@@ -257,13 +262,19 @@ def main():
     env = {"CONVEYOR_MAX_ACTIVE_JOBS": str(args.jobs * 2),
            "CONVEYOR_MAX_UPLOADS_AT_ONCE": str(args.parallel * 2)}
     with Server(args, env=env) as server:
-        before = import_counts(Client(args.port, AUTH))
-        start = time.monotonic()
-        latencies = create_imports(args, args.jobs, args.rows, "small", other_owner,
-                                   args.parallel)
-        created = time.monotonic()
-        wait_finished(args.port, AUTH, args.jobs, before)
-        rate = args.jobs / (time.monotonic() - start)
+        runs = {}
+        for with_file in (False, True):
+            # The two requests a job first (as scripts made them before a file could come
+            # with its job), then one; the other owner's job is made during the second.
+            before = import_counts(Client(args.port, AUTH))
+            start = time.monotonic()
+            latencies = create_imports(args, args.jobs, args.rows, f"small{int(with_file)}",
+                                       other_owner if with_file else None, args.parallel,
+                                       with_file)
+            created = time.monotonic()
+            wait_finished(args.port, AUTH, args.jobs, before)
+            runs[with_file] = (args.jobs / (time.monotonic() - start), created - start,
+                               latencies)
         imports.AUTH.clear()
         imports.AUTH.update(other_auth)
         done = follow_until_finished("127.0.0.1", args.port, other["job"]["id"])
@@ -275,15 +286,20 @@ def main():
     floor_began = imports.psql(args.db_url, "-At", "-c", "select now()").strip()
     floor = sql_floor(args, args.rows)
     pruned_jobs, pruned_seconds = retention_rate(args, floor_began)
-    p50, p99 = p50_p99(latencies)
+    rate = runs[True][0]
     print(f"Small imports: {args.jobs:,} jobs of {args.rows} rows, {args.parallel} clients, "
-          f"each into its own dataset, beside {HISTORY:,} older jobs")
-    print(f"  first upload -> last completed: {rate:,.0f} jobs/s (goal >= {GOAL_JOBS_PER_S:,}: "
-          f"{'met' if rate >= GOAL_JOBS_PER_S else 'NOT met'}); all made in "
-          f"{created - start:.1f} s ({args.jobs / (created - start):,.0f} jobs/s)")
+          f"each into its own dataset, beside {HISTORY:,} older jobs; twice")
+    for with_file, how in ((True, "each made with its file (one POST /api/jobs with a form)"),
+                           (False, "each uploaded, then made (POST /api/uploads, POST /api/jobs)")):
+        run_rate, made_in, latencies = runs[with_file]
+        p50, p99 = p50_p99(latencies)
+        print(f"  {how}: first request -> last completed: {run_rate:,.0f} jobs/s "
+              f"(goal >= {GOAL_JOBS_PER_S:,}: "
+              f"{'met' if run_rate >= GOAL_JOBS_PER_S else 'NOT met'}); all made in "
+              f"{made_in:.1f} s; POST /api/jobs p50 {p50:.1f} ms, p99 {p99:.1f} ms")
     print(f"  PostgreSQL alone making only a small job's writes (pgbench, 4 clients, no server): "
-          f"{floor:,.0f} jobs/s; end to end is {rate / floor:.2f} of that")
-    print(f"  POST /api/jobs: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+          f"{floor:,.0f} jobs/s; end to end is {rate / floor:.2f} of that (with its file), "
+          f"{runs[False][0] / floor:.2f} (uploaded first)")
     print(f"  another owner's job, made half way: created -> completed in "
           f"{other_wait.total_seconds():.2f} s")
     print(f"  server peak RSS {rss:,.0f} MB")

@@ -1,8 +1,10 @@
 //! The clients of `make bench ONLY=small` (`server/benches/small.py` runs it): `--jobs` imports
 //! of a CSV file of `--rows` rows, each uploaded then created (`POST /api/uploads`, then
-//! `POST /api/jobs`) into a dataset of its own, from `--connections` keep-alive connections at
-//! once. Prints the line `half` once half the jobs are made (the bench then starts another
-//! owner's job), then one JSON line: the seconds it took and every create's latency.
+//! `POST /api/jobs`), or with `--with-file` created with its file in one request (`POST
+//! /api/jobs` with a form), into a dataset of its own, from `--connections` keep-alive
+//! connections at once. Prints the line `half` once half the jobs are made (the bench then
+//! starts another owner's job), then one JSON line: the seconds it took and every create's
+//! latency.
 //!
 //! A Rust program rather than the benches' usual Python: 16 Python threads making these
 //! requests took about a quarter of this 2-core machine's CPU (6 ms per job), which the server
@@ -37,21 +39,43 @@ struct Args {
     /// Each job's dataset is this, then `_` and the job's number.
     #[arg(long, default_value = "small")]
     prefix: String,
+    /// Each job in one request, its file with it.
+    #[arg(long)]
+    with_file: bool,
 }
 
 const BOUNDARY: &str = "benchboundary";
 
-/// An upload body holding a CSV file of `rows` rows.
-fn multipart(rows: usize) -> Vec<u8> {
+/// A form's field holding a CSV file of `rows` rows.
+fn file_field(rows: usize) -> String {
     let mut csv = String::from("id,name\n");
     for i in 0..rows {
         csv.push_str(&format!("{i},row {i}\n"));
     }
     format!(
         "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; \
-         filename=\"small.csv\"\r\nContent-Type: text/csv\r\n\r\n{csv}\r\n--{BOUNDARY}--\r\n"
+         filename=\"small.csv\"\r\nContent-Type: text/csv\r\n\r\n{csv}\r\n"
     )
-    .into_bytes()
+}
+
+/// A form of `file` (a [`file_field`]), after a `job` field holding `job` if given.
+fn form(job: Option<&serde_json::Value>, file: &str) -> Vec<u8> {
+    let job = job.map_or(String::new(), |job| {
+        format!(
+            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"job\"\r\n\
+             Content-Type: application/json\r\n\r\n{job}\r\n"
+        )
+    });
+    format!("{job}{file}--{BOUNDARY}--\r\n").into_bytes()
+}
+
+/// A job of the bench: into `dataset`, of `upload` if it was uploaded first.
+fn job(dataset: String, upload: Option<&serde_json::Value>) -> serde_json::Value {
+    let mut job = serde_json::json!({"jobType": "import", "dataset": dataset});
+    if let Some(upload) = upload {
+        job["fileGuid"] = upload["id"].clone();
+    }
+    job
 }
 
 /// Sends one request; its JSON answer, which must come with `ok`.
@@ -71,7 +95,8 @@ async fn call(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Arc::new(Args::parse());
-    let body = bytes::Bytes::from(multipart(args.rows));
+    let file = Arc::new(file_field(args.rows));
+    let body = bytes::Bytes::from(form(None, &file));
     let made = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut clients = JoinSet::new();
@@ -80,29 +105,29 @@ async fn main() -> anyhow::Result<()> {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(1)
             .build()?;
-        let (args, body, made) = (args.clone(), body.clone(), made.clone());
+        let (args, file, body, made) = (args.clone(), file.clone(), body.clone(), made.clone());
         clients.spawn(async move {
             let mut latencies = Vec::new();
+            let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
             for n in (first..args.jobs).step_by(args.connections) {
-                let upload = client
-                    .post(format!("{}/api/uploads", args.base))
-                    .bearer_auth(&args.token)
-                    .header(
-                        "content-type",
-                        format!("multipart/form-data; boundary={BOUNDARY}"),
-                    )
-                    .body(body.clone());
-                let upload = call(upload, reqwest::StatusCode::CREATED)
-                    .await
-                    .context("uploading")?;
+                let dataset = format!("{}_{n}", args.prefix);
                 let create = client
                     .post(format!("{}/api/jobs", args.base))
-                    .bearer_auth(&args.token)
-                    .json(&serde_json::json!({
-                        "jobType": "import",
-                        "fileGuid": upload["id"],
-                        "dataset": format!("{}_{n}", args.prefix),
-                    }));
+                    .bearer_auth(&args.token);
+                let create = if args.with_file {
+                    let body = form(Some(&job(dataset, None)), &file);
+                    create.header("content-type", &content_type).body(body)
+                } else {
+                    let upload = client
+                        .post(format!("{}/api/uploads", args.base))
+                        .bearer_auth(&args.token)
+                        .header("content-type", &content_type)
+                        .body(body.clone());
+                    let upload = call(upload, reqwest::StatusCode::CREATED)
+                        .await
+                        .context("uploading")?;
+                    create.json(&job(dataset, Some(&upload)))
+                };
                 let asked = Instant::now();
                 call(create, reqwest::StatusCode::ACCEPTED)
                     .await

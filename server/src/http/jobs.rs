@@ -2,9 +2,10 @@
 
 use axum::{
     Json,
+    body::Body,
     extract::{
-        Path, RawQuery, State,
-        rejection::{JsonRejection, PathRejection},
+        FromRequest, Multipart, Path, RawQuery, Request, State, multipart::Field,
+        rejection::PathRejection,
     },
     http::{
         HeaderMap, HeaderName, HeaderValue, StatusCode,
@@ -12,9 +13,13 @@ use axum::{
     },
     response::{IntoResponse, Response},
 };
+use http_body_util::Limited;
 use serde::Deserialize;
 use sqlx::PgPool;
-use utoipa::ToSchema;
+use utoipa::{
+    PartialSchema, ToSchema,
+    openapi::{ObjectBuilder, RefOr, Schema, Type},
+};
 use uuid::Uuid;
 
 use super::{
@@ -22,7 +27,7 @@ use super::{
     datasets::NewDataset,
     error::{ApiError, ErrorBody},
     identity::Caller,
-    quotas,
+    quotas, uploads,
 };
 use std::sync::Arc;
 
@@ -45,6 +50,7 @@ use crate::{
         job_list::{self, Owners},
         jobs::{self, Options},
         states::DatasetState,
+        uploads as store_uploads,
     },
 };
 
@@ -319,7 +325,13 @@ impl CreateJob {
         Header,
         description = "A repeated request with the same key answers the first job (as `dedupeKey`)."
     )),
-    request_body = CreateJob,
+    request_body(
+        description = "The job as JSON; or, for an import or a dry run sent with its file, a form of the job's JSON (without `fileGuid`) and then the file.",
+        content(
+            (CreateJob = "application/json"),
+            (CreateJobForm = "multipart/form-data")
+        )
+    ),
     responses(
         (status = 202, description = "Created, waiting to start.", body = JobView,
             headers(("Location" = String, description = "The job's URL."))),
@@ -328,19 +340,19 @@ impl CreateJob {
                 ("Location" = String, description = "The job's URL."),
                 ("Idempotent-Replayed" = String, description = "`true`.")
             )),
-        (status = 400, description = "Not JSON, or an `Idempotency-Key` that is not text.", body = ErrorBody),
+        (status = 400, description = "Not JSON (or a form that cannot be read), or an `Idempotency-Key` that is not text.", body = ErrorBody),
         (status = 403, description = "Viewers change nothing.", body = ErrorBody),
-        (status = 422, description = "An invalid request, or an upload, dataset or batch the caller does not have.", body = ErrorBody),
-        (status = 429, description = "The caller has as many jobs waiting or running as they may, or (a job of a registered type) its items would pass the bytes of items the caller may keep.", body = ErrorBody),
+        (status = 413, description = "A form's file larger than the upload limit, or its `job` field larger than 2 MiB (a JSON body that is: 400).", body = ErrorBody),
+        (status = 422, description = "An invalid request, or an upload, dataset or batch the caller does not have; a form without its `job` field followed by its `file` field, or an empty file.", body = ErrorBody),
+        (status = 429, description = "The caller has as many jobs waiting or running as they may, or (a job of a registered type) its items would pass the bytes of items the caller may keep; a form's file: as `POST /api/uploads`.", body = ErrorBody),
     )
 )]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    body: Result<Json<CreateJob>, JsonRejection>,
+    request: Request,
 ) -> Result<Response, ApiError> {
-    let Json(request) = body?;
     let idempotency_key = headers
         .get("idempotency-key")
         .map(|value| {
@@ -349,6 +361,80 @@ pub async fn create(
             })
         })
         .transpose()?;
+    let created = if is_form(&headers) {
+        let form = Multipart::from_request(request, &state).await?;
+        with_file(&state, &caller, idempotency_key, form).await?
+    } else {
+        // The route takes files this large: JSON alone is held to axum's default.
+        let request = request.map(|body| Body::new(Limited::new(body, JSON_BODY_BYTES)));
+        let Json(body) = Json::<CreateJob>::from_request(request, &state).await?;
+        make(&state, &caller, idempotency_key, &body, None).await?
+    };
+    let location = format!("/api/jobs/{}", created.job.id);
+    if created.replayed {
+        let replayed = [(LOCATION, location), (REPLAYED.clone(), "true".to_owned())];
+        return Ok((StatusCode::OK, replayed, Json(created.job)).into_response());
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        [(LOCATION, location)],
+        Json(created.job),
+    )
+        .into_response())
+}
+
+/// The form an import is sent with its file as, in the OpenAPI document.
+pub struct CreateJobForm;
+
+impl PartialSchema for CreateJobForm {
+    fn schema() -> RefOr<Schema> {
+        let job = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .content_media_type("application/json")
+            .description(Some(
+                "The job, as `POST /api/jobs` takes it as JSON (`jobType` `import` or \
+                 `validate`), without `fileGuid`. Sent before the file.",
+            ));
+        let file = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .content_media_type("application/octet-stream")
+            .description(Some("The file: CSV, XLSX, XLS or ODS."));
+        ObjectBuilder::new()
+            .property(JOB_FIELD, job)
+            .property(uploads::FILE_FIELD, file)
+            .required(JOB_FIELD)
+            .required(uploads::FILE_FIELD)
+            .description(Some("Fields after the file are ignored."))
+            .into()
+    }
+}
+
+impl ToSchema for CreateJobForm {}
+
+/// The largest JSON body of `POST /api/jobs` (and of its `job` field).
+pub(super) const JSON_BODY_BYTES: usize = 2 << 20;
+
+/// The form field that holds the job's JSON, sent before the file.
+const JOB_FIELD: &str = "job";
+
+fn is_form(headers: &HeaderMap) -> bool {
+    let content_type = headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes);
+    content_type.is_some_and(|value| {
+        let value = value.trim_ascii_start();
+        value.len() >= FORM.len() && value[..FORM.len()].eq_ignore_ascii_case(FORM)
+    })
+}
+
+const FORM: &[u8] = b"multipart/form-data";
+
+/// Makes the job a request asks for, as `owner` if the request has found its owner already.
+async fn make(
+    state: &AppState,
+    caller: &Caller,
+    idempotency_key: Option<&str>,
+    request: &CreateJob,
+    owner: Option<Uuid>,
+) -> Result<create::Created, ApiError> {
     let mut options = request.options(idempotency_key, &state.callbacks)?;
     options.active_jobs_limit = Some(state.limits.active_jobs);
     let new_dataset = request
@@ -357,7 +443,7 @@ pub async fn create(
         .map(NewDataset::check)
         .transpose()?;
     let what = request.what(&state.pool, new_dataset.as_ref()).await?;
-    if caller.me().is_none() {
+    if owner.is_none() && caller.me().is_none() {
         // A visitor owns no upload, dataset or batch: whatever the request names does not
         // exist for them, and they do not become a guest for a request that cannot succeed.
         let missing = match what {
@@ -369,8 +455,11 @@ pub async fn create(
             return Err(missing.into());
         }
     }
-    let owner = caller.owner(&state).await?.id;
-    let created = match what {
+    let owner = match owner {
+        Some(owner) => owner,
+        None => caller.owner(state).await?.id,
+    };
+    Ok(match what {
         What::Import(import) => {
             let (pool, converter, groups) = (&state.pool, &state.converter, &state.groups);
             create::import(pool, converter, groups, owner, import, &options).await?
@@ -391,18 +480,127 @@ pub async fn create(
             )
             .await?
         }
+    })
+}
+
+/// Makes an import (or a dry run) sent with its file: a form whose `job` field holds the
+/// request's JSON (without `fileGuid`) and whose `file` field, after it, holds the file. The
+/// request is checked before the file is stored; the file is stored as `POST /api/uploads`
+/// stores one, then the job is made as `POST /api/jobs` makes it, and the file is removed if
+/// no job comes of it (an error, the request dropped). A repeat of a request that made its job
+/// (its dedupe key) answers that job before any file is stored. One request instead of two: a
+/// script's import costs one round trip, and the server one request and one read of the
+/// upload less.
+async fn with_file(
+    state: &AppState,
+    caller: &Caller,
+    idempotency_key: Option<&str>,
+    mut form: Multipart,
+) -> Result<create::Created, ApiError> {
+    let limit = state.max_upload_bytes;
+    let out_of_order = || {
+        ApiError::Invalid(format!(
+            "Send the job's JSON in a form field named \"{JOB_FIELD}\", then the file in a \
+             field named \"{}\".",
+            uploads::FILE_FIELD
+        ))
     };
-    let location = format!("/api/jobs/{}", created.job.id);
-    if created.replayed {
-        let replayed = [(LOCATION, location), (REPLAYED.clone(), "true".to_owned())];
-        return Ok((StatusCode::OK, replayed, Json(created.job)).into_response());
+    let job = next_field(&mut form, limit)
+        .await?
+        .ok_or_else(out_of_order)?;
+    if job.name() != Some(JOB_FIELD) {
+        return Err(out_of_order());
     }
-    Ok((
-        StatusCode::ACCEPTED,
-        [(LOCATION, location)],
-        Json(created.job),
-    )
-        .into_response())
+    let mut request = job_json(job, limit).await?;
+    if !matches!(request.job_type.as_str(), "import" | "validate") {
+        return Err(ApiError::Invalid(
+            "Only an import or a dry run (\"validate\") is sent with its file.".into(),
+        ));
+    }
+    if request.file_guid.is_some() {
+        return Err(ApiError::Invalid(
+            "Send the file or \"fileGuid\", not both.".into(),
+        ));
+    }
+    // Checked in full before the file is stored, with a stand-in for its id (replaced below,
+    // before the job is made).
+    request.file_guid = Some(Uuid::nil());
+    let options = request.options(idempotency_key, &state.callbacks)?;
+    let new_dataset = request.new_dataset.as_ref().map(NewDataset::check);
+    request
+        .what(&state.pool, new_dataset.transpose()?.as_ref())
+        .await?;
+    let file = next_field(&mut form, limit)
+        .await?
+        .ok_or_else(out_of_order)?;
+    if file.name() != Some(uploads::FILE_FIELD) {
+        return Err(out_of_order());
+    }
+    if caller.me().is_none() {
+        // What a visitor cannot have yet, refused before they become a guest.
+        visitor_lacks(&request)?;
+    }
+    let owner = caller.owner(state).await?.id;
+    if let Some(earlier) = create::replay(&state.pool, owner, &options).await? {
+        return Ok(earlier);
+    }
+    let upload = uploads::store(state, owner, file).await?;
+    let unclaimed = store_uploads::Unclaimed::new(&state.pool, upload.id);
+    request.file_guid = Some(upload.id);
+    // As the owner the file was stored for (a visitor became a guest above).
+    let made = make(state, caller, idempotency_key, &request, Some(owner)).await;
+    match made {
+        Ok(create::Created {
+            replayed: false, ..
+        }) => unclaimed.keep(),
+        _ => unclaimed.remove().await,
+    }
+    made
+}
+
+/// What a visitor's import sent with its file names that nobody without an account has: a
+/// batch, an import it fixes, or (for a dry run) a dataset that exists.
+fn visitor_lacks(request: &CreateJob) -> Result<(), ApiError> {
+    let missing = if let Some(batch) = request.parent_id {
+        CreateError::NotAnOpenBatch(batch)
+    } else if let Some(fixed) = request.fixes {
+        CreateError::Invalid(format!(
+            "\"fixes\" must be one of your imports; no import of yours has the id {fixed}."
+        ))
+    } else if request.job_type == "validate" && request.new_dataset.is_none() {
+        let dataset = request.dataset.as_deref().unwrap_or_default().trim();
+        CreateError::DatasetNotFound(dataset.into())
+    } else {
+        return Ok(());
+    };
+    Err(missing.into())
+}
+
+async fn next_field(form: &mut Multipart, limit: usize) -> Result<Option<Field<'_>>, ApiError> {
+    let field = form.next_field().await;
+    field.map_err(|err| uploads::multipart_error(err, limit))
+}
+
+/// The `job` field's JSON, at most [`JSON_BODY_BYTES`] (`limit`: the route's, for files).
+async fn job_json(mut field: Field<'_>, limit: usize) -> Result<CreateJob, ApiError> {
+    let mut json = Vec::new();
+    while let Some(bytes) = field
+        .chunk()
+        .await
+        .map_err(|err| uploads::multipart_error(err, limit))?
+    {
+        if json.len() + bytes.len() > JSON_BODY_BYTES {
+            return Err(ApiError::TooLarge(format!(
+                "The \"{JOB_FIELD}\" field is larger than {JSON_BODY_BYTES} bytes."
+            )));
+        }
+        json.extend_from_slice(&bytes);
+    }
+    serde_json::from_slice(&json).map_err(|err| {
+        ApiError::BadRequest(format!(
+            "The \"{JOB_FIELD}\" field is not a job's JSON: {err}."
+        ))
+    })
 }
 
 /// Imports what a dry run checked: a new import of the same upload into the same dataset, read

@@ -174,7 +174,7 @@ impl Endpoint {
     }
 }
 
-/// Multipart framing around the file itself.
+/// Multipart framing around a form's fields.
 const MULTIPART_OVERHEAD: usize = 64 * 1024;
 
 /// A batch of items takes up to this much JSON (10,000 items of up to 1.6 KiB; axum's default,
@@ -192,19 +192,27 @@ fn items_endpoint(mut endpoint: Endpoint) -> Endpoint {
 pub fn endpoints(max_upload_bytes: usize) -> Vec<Endpoint> {
     use Access::*;
     let (get, post, patch, delete) = (Method::GET, Method::POST, Method::PATCH, Method::DELETE);
-    let mut upload = Endpoint::new(post.clone(), "/api/uploads", Anyone, uploads::create);
-    upload.route = upload.route.layer(DefaultBodyLimit::max(
-        max_upload_bytes.saturating_add(MULTIPART_OVERHEAD),
-    ));
+    let with_file = |mut endpoint: Endpoint, besides: usize| {
+        let limit = max_upload_bytes.saturating_add(MULTIPART_OVERHEAD + besides);
+        endpoint.route = endpoint.route.layer(DefaultBodyLimit::max(limit));
+        endpoint
+    };
     vec![
-        upload,
+        with_file(
+            Endpoint::new(post.clone(), "/api/uploads", Anyone, uploads::create),
+            0,
+        ),
         Endpoint::new(
             get.clone(),
             "/api/uploads/{id}/preview",
             Anyone,
             uploads::preview,
         ),
-        Endpoint::new(post.clone(), "/api/jobs", Anyone, jobs::create),
+        // A file may come with an import, after its JSON (JSON alone is held to 2 MiB).
+        with_file(
+            Endpoint::new(post.clone(), "/api/jobs", Anyone, jobs::create),
+            jobs::JSON_BODY_BYTES,
+        ),
         Endpoint::new(get.clone(), "/api/jobs", Anyone, jobs::list),
         Endpoint::new(get.clone(), "/api/jobs/events", Anyone, events::all_jobs),
         Endpoint::new(post.clone(), "/api/jobs/bulk", Anyone, bulk::run),

@@ -6,7 +6,7 @@ use axum::{
     Json,
     extract::{
         Multipart, Path, Query, State,
-        multipart::{MultipartError, MultipartRejection},
+        multipart::{Field, MultipartError, MultipartRejection},
         rejection::{PathRejection, QueryRejection},
     },
     http::StatusCode,
@@ -33,7 +33,7 @@ use crate::{
 };
 
 /// The form field that holds the file.
-const FILE_FIELD: &str = "file";
+pub(super) const FILE_FIELD: &str = "file";
 
 /// The form an upload is sent as, in the OpenAPI document.
 pub struct UploadForm;
@@ -76,41 +76,51 @@ pub async fn create(
     multipart: Result<Multipart, MultipartRejection>,
 ) -> Result<(StatusCode, Json<Upload>), ApiError> {
     let mut multipart = multipart?;
-    let limit = state.max_upload_bytes;
     while let Some(field) = multipart
         .next_field()
         .await
-        .map_err(|err| multipart_error(err, limit))?
+        .map_err(|err| multipart_error(err, state.max_upload_bytes))?
     {
         if field.name() != Some(FILE_FIELD) {
             continue;
         }
-        let filename = clean_file_name(field.file_name().unwrap_or("upload.csv"));
-        let content_type = field.content_type().map(str::to_owned);
         let owner = caller.owner(&state).await?;
-        let limits = UploadLimits {
-            file_bytes: limit,
-            at_once: Some(state.limits.uploads_at_once),
-            stored_bytes: Some(state.limits.stored_bytes),
-        };
-        let upload = uploads::save(
-            &state.pool,
-            owner.id,
-            &filename,
-            content_type.as_deref(),
-            limits,
-            std::pin::pin!(field.map_err(|err| match multipart_error(err, limit) {
-                ApiError::TooLarge(_) => UploadError::TooLarge { limit },
-                other => UploadError::Body(std::io::Error::other(other.to_string())),
-            })),
-        )
-        .await?;
-        tracing::info!(upload = %upload.id, size = upload.size, "file uploaded");
+        let upload = store(&state, owner.id, field).await?;
         return Ok((StatusCode::CREATED, Json(upload)));
     }
     Err(ApiError::Invalid(
         "Send the file as multipart/form-data in a field named \"file\".".into(),
     ))
+}
+
+/// Stores a form's file field as an upload of `owner`'s, within the server's upload limits.
+pub(super) async fn store(
+    state: &AppState,
+    owner: Uuid,
+    field: Field<'_>,
+) -> Result<Upload, ApiError> {
+    let limit = state.max_upload_bytes;
+    let filename = clean_file_name(field.file_name().unwrap_or("upload.csv"));
+    let content_type = field.content_type().map(str::to_owned);
+    let limits = UploadLimits {
+        file_bytes: limit,
+        at_once: Some(state.limits.uploads_at_once),
+        stored_bytes: Some(state.limits.stored_bytes),
+    };
+    let upload = uploads::save(
+        &state.pool,
+        owner,
+        &filename,
+        content_type.as_deref(),
+        limits,
+        std::pin::pin!(field.map_err(|err| match multipart_error(err, limit) {
+            ApiError::TooLarge(_) => UploadError::TooLarge { limit },
+            other => UploadError::Body(std::io::Error::other(other.to_string())),
+        })),
+    )
+    .await?;
+    tracing::info!(upload = %upload.id, size = upload.size, "file uploaded");
+    Ok(upload)
 }
 
 /// How to read the upload for its preview; each left out is found from the file.
@@ -196,7 +206,7 @@ pub async fn preview(
     Ok(Json(preview))
 }
 
-fn multipart_error(err: MultipartError, limit: usize) -> ApiError {
+pub(super) fn multipart_error(err: MultipartError, limit: usize) -> ApiError {
     if err.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::file_too_large(limit)
     } else {

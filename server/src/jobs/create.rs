@@ -644,6 +644,29 @@ async fn replayed(
         None => None,
     };
     tx.rollback().await?;
+    replay_of(pool, owner, earlier).await
+}
+
+/// The job an earlier request of `owner`'s with this request's dedupe key made, if there is
+/// one: asked before a file sent with its job is stored, so that a retry of a request that
+/// made its job stores no second file (nor is refused for the room it would take).
+pub async fn replay(
+    pool: &PgPool,
+    owner: Uuid,
+    options: &Options,
+) -> Result<Option<Created>, CreateError> {
+    let Some(key) = options.dedupe_key.as_deref() else {
+        return Ok(None);
+    };
+    let earlier = jobs::find_deduped(&mut *pool.acquire().await?, owner, key).await?;
+    replay_of(pool, owner, earlier).await
+}
+
+async fn replay_of(
+    pool: &PgPool,
+    owner: Uuid,
+    earlier: Option<Uuid>,
+) -> Result<Option<Created>, CreateError> {
     let Some(id) = earlier else {
         return Ok(None);
     };

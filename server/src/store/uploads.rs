@@ -121,45 +121,58 @@ where
     let id = begin(pool, owner, filename, content_type, limits).await?;
     // Whatever ends the upload early, what was stored goes: before the answer on an error (so
     // a retry at once finds its place free), from a guard if the request is dropped mid-way.
-    let unfinished = Unfinished(Some((pool.clone(), id)));
-    let received = receive(pool, (owner, id), file, body).await;
-    unfinished.disarm();
-    match received {
-        Ok(size) => Ok(Upload {
-            id,
-            filename: filename.to_owned(),
-            size: size as i64,
-        }),
+    let unfinished = Unclaimed::new(pool, id);
+    match receive(pool, (owner, id), file, body).await {
+        Ok(size) => {
+            unfinished.keep();
+            Ok(Upload {
+                id,
+                filename: filename.to_owned(),
+                size: size as i64,
+            })
+        }
         Err(err) => {
-            if let Err(cleanup) = delete(pool, id).await {
-                tracing::warn!(upload = %id, "could not remove an unfinished upload: {cleanup}");
-            }
+            unfinished.remove().await;
             Err(err)
         }
     }
 }
 
-/// An upload being received, removed (by a task of its own) when dropped before
-/// [`Unfinished::disarm`]; retention removes it if even that fails.
-struct Unfinished(Option<(PgPool, Uuid)>);
+/// An upload nothing uses yet (one being received, or one sent with a job not yet made):
+/// removed unless [`Unclaimed::keep`] is called, at once by [`Unclaimed::remove`], or by a
+/// task of its own if dropped (the request dropped mid-way). Retention removes it if even that
+/// fails. An upload a job came to use meanwhile is not removed (the job's foreign key refuses).
+pub struct Unclaimed(Option<(PgPool, Uuid)>);
 
-impl Unfinished {
-    fn disarm(mut self) {
+impl Unclaimed {
+    pub fn new(pool: &PgPool, id: Uuid) -> Self {
+        Self(Some((pool.clone(), id)))
+    }
+
+    pub fn keep(mut self) {
         self.0 = None;
+    }
+
+    pub async fn remove(mut self) {
+        if let Some((pool, id)) = self.0.take() {
+            remove_unclaimed(&pool, id).await;
+        }
     }
 }
 
-impl Drop for Unfinished {
+impl Drop for Unclaimed {
     fn drop(&mut self) {
         if let (Some((pool, id)), Ok(runtime)) =
             (self.0.take(), tokio::runtime::Handle::try_current())
         {
-            runtime.spawn(async move {
-                if let Err(err) = delete(&pool, id).await {
-                    tracing::warn!(upload = %id, "could not remove an unfinished upload: {err}");
-                }
-            });
+            runtime.spawn(async move { remove_unclaimed(&pool, id).await });
         }
+    }
+}
+
+async fn remove_unclaimed(pool: &PgPool, id: Uuid) {
+    if let Err(err) = delete(pool, id).await {
+        tracing::warn!(upload = %id, "could not remove an upload nothing uses: {err}");
     }
 }
 

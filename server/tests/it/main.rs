@@ -28,6 +28,7 @@ mod items;
 mod job_list;
 mod job_trees;
 mod job_types;
+mod jobs_with_files;
 mod live_events;
 mod logs;
 mod metrics;
