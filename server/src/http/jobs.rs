@@ -45,6 +45,7 @@ use crate::{
         schema::{self, Declared},
     },
     store::items::NewItem,
+    store::uploads::Upload,
     store::{
         datasets, history,
         job_list::{self, Owners},
@@ -427,13 +428,14 @@ fn is_form(headers: &HeaderMap) -> bool {
 
 const FORM: &[u8] = b"multipart/form-data";
 
-/// Makes the job a request asks for, as `owner` if the request has found its owner already.
+/// Makes the job a request asks for; `stored`: the file the request sent with it, just stored
+/// for its owner (the job is then made as that owner, of that file).
 async fn make(
     state: &AppState,
     caller: &Caller,
     idempotency_key: Option<&str>,
     request: &CreateJob,
-    owner: Option<Uuid>,
+    stored: Option<(Uuid, Upload)>,
 ) -> Result<create::Created, ApiError> {
     let mut options = request.options(idempotency_key, &state.callbacks)?;
     options.active_jobs_limit = Some(state.limits.active_jobs);
@@ -443,7 +445,7 @@ async fn make(
         .map(NewDataset::check)
         .transpose()?;
     let what = request.what(&state.pool, new_dataset.as_ref()).await?;
-    if owner.is_none() && caller.me().is_none() {
+    if stored.is_none() && caller.me().is_none() {
         // A visitor owns no upload, dataset or batch: whatever the request names does not
         // exist for them, and they do not become a guest for a request that cannot succeed.
         let missing = match what {
@@ -455,14 +457,14 @@ async fn make(
             return Err(missing.into());
         }
     }
-    let owner = match owner {
-        Some(owner) => owner,
-        None => caller.owner(state).await?.id,
+    let (owner, upload) = match stored {
+        Some((owner, upload)) => (owner, Some(upload)),
+        None => (caller.owner(state).await?.id, None),
     };
     Ok(match what {
         What::Import(import) => {
             let (pool, converter, groups) = (&state.pool, &state.converter, &state.groups);
-            create::import(pool, converter, groups, owner, import, &options).await?
+            create::import(pool, converter, groups, owner, (import, upload), &options).await?
         }
         What::Export { dataset, format } => {
             create::export(&state.pool, owner, dataset, format, &options).await?
@@ -485,12 +487,13 @@ async fn make(
 
 /// Makes an import (or a dry run) sent with its file: a form whose `job` field holds the
 /// request's JSON (without `fileGuid`) and whose `file` field, after it, holds the file. The
-/// request is checked before the file is stored; the file is stored as `POST /api/uploads`
-/// stores one, then the job is made as `POST /api/jobs` makes it, and the file is removed if
-/// no job comes of it (an error, the request dropped). A repeat of a request that made its job
-/// (its dedupe key) answers that job before any file is stored. One request instead of two: a
-/// script's import costs one round trip, and the server one request and one read of the
-/// upload less.
+/// JSON is checked before the file is stored (what depends on the owner's data or on the file,
+/// such as the live-job limit or a mapping, is checked as the job is made); the file is stored
+/// as `POST /api/uploads` stores one, then the job is made as `POST /api/jobs` makes it, and
+/// the file is removed if no job comes of it (an error, the request dropped). A repeat of a
+/// request that made its job (its dedupe key) answers that job before any file is stored. One
+/// request instead of two: a script's import costs one round trip, and the server one request
+/// and one read of the upload less.
 async fn with_file(
     state: &AppState,
     caller: &Caller,
@@ -522,7 +525,7 @@ async fn with_file(
             "Send the file or \"fileGuid\", not both.".into(),
         ));
     }
-    // Checked in full before the file is stored, with a stand-in for its id (replaced below,
+    // The JSON checked before the file is stored, with a stand-in for its id (replaced below,
     // before the job is made).
     request.file_guid = Some(Uuid::nil());
     let options = request.options(idempotency_key, &state.callbacks)?;
@@ -542,13 +545,23 @@ async fn with_file(
     }
     let owner = caller.owner(state).await?.id;
     if let Some(earlier) = create::replay(&state.pool, owner, &options).await? {
+        // The file is read (not stored), so that the client hears the answer.
+        let mut file = file;
+        while let Ok(Some(_)) = file.chunk().await {}
         return Ok(earlier);
     }
     let upload = uploads::store(state, owner, file).await?;
     let unclaimed = store_uploads::Unclaimed::new(&state.pool, upload.id);
     request.file_guid = Some(upload.id);
     // As the owner the file was stored for (a visitor became a guest above).
-    let made = make(state, caller, idempotency_key, &request, Some(owner)).await;
+    let made = make(
+        state,
+        caller,
+        idempotency_key,
+        &request,
+        Some((owner, upload)),
+    )
+    .await;
     match made {
         Ok(create::Created {
             replayed: false, ..
@@ -667,7 +680,7 @@ pub async fn import_dry_run(
         ..Options::default()
     };
     let (pool, converter, groups) = (&state.pool, &state.converter, &state.groups);
-    let created = create::import(pool, converter, groups, owner, import, &options).await?;
+    let created = create::import(pool, converter, groups, owner, (import, None), &options).await?;
     let location = format!("/api/jobs/{}", created.job.id);
     Ok((
         StatusCode::ACCEPTED,

@@ -105,19 +105,23 @@ pub struct Import<'a> {
 /// `converter` reads a workbook's header when a mapping must be checked against it. A plain
 /// import is made in a group with the owner's other imports that arrive meanwhile
 /// ([`group`]); a small file goes to this process's own workers through the groups' lane when
-/// it has a place free.
+/// it has a place free. `stored`: the upload, when the request has just stored it for `owner`
+/// (a file sent with its job), which is then not read again.
 pub async fn import(
     pool: &PgPool,
     converter: &Path,
     groups: &Arc<Groups>,
     owner: Uuid,
-    import: Import<'_>,
+    (import, stored): (Import<'_>, Option<Upload>),
     options: &Options,
 ) -> Result<Created, CreateError> {
     schema::check_dataset_name(import.dataset).map_err(CreateError::Invalid)?;
-    let upload = uploads::find(pool, import.upload_id, Sees::OwnedBy(owner))
-        .await?
-        .ok_or(CreateError::UploadNotFound(import.upload_id))?;
+    let upload = match stored {
+        Some(upload) if upload.id == import.upload_id => upload,
+        _ => uploads::find(pool, import.upload_id, Sees::OwnedBy(owner))
+            .await?
+            .ok_or(CreateError::UploadNotFound(import.upload_id))?,
+    };
     if let Some(mapping) = import.mapping {
         check_mapping(pool, converter, owner, &upload, import, mapping).await?;
     }

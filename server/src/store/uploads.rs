@@ -171,8 +171,13 @@ impl Drop for Unclaimed {
 }
 
 async fn remove_unclaimed(pool: &PgPool, id: Uuid) {
-    if let Err(err) = delete(pool, id).await {
-        tracing::warn!(upload = %id, "could not remove an upload nothing uses: {err}");
+    match delete(pool, id).await {
+        Ok(()) => {}
+        // A job came to use it after all (made by a group's task for a request now gone).
+        Err(sqlx::Error::Database(err)) if err.is_foreign_key_violation() => {
+            tracing::debug!(upload = %id, "an upload a job uses is kept");
+        }
+        Err(err) => tracing::warn!(upload = %id, "could not remove an upload nothing uses: {err}"),
     }
 }
 

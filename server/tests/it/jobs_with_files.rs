@@ -33,8 +33,8 @@ async fn an_import_sent_with_its_file_is_made_in_one_request() {
     let db = TestDb::new().await;
     let server = TestServer::start(&db, Some(worker_args(250))).await;
 
-    // A small file (stored whole, its import made in a group) and one of several chunks and
-    // upload parts (streamed), each with its own job.
+    // A small file (stored whole) and one of several chunks and upload parts (streamed),
+    // each with its own job.
     for (rows, dataset) in [(20, "small"), (30_000, "large")] {
         let job = json!({ "jobType": "import", "dataset": dataset, "maxRowErrors": 0 });
         let response = send(&server, form(&job, "people.csv", csv(rows))).await;
@@ -207,7 +207,8 @@ async fn a_form_that_makes_no_job_keeps_no_file() {
     let first = send(&server, form(&keyed, "a.csv", csv(3))).await;
     assert_eq!(first.status(), StatusCode::ACCEPTED);
     let first: JobView = first.json().await.unwrap();
-    let again = send(&server, form(&keyed, "a.csv", csv(3))).await;
+    // Its file is not stored: not even one past the upload limit is refused.
+    let again = send(&server, form(&keyed, "a.csv", csv(100_000))).await;
     assert_eq!(again.status(), StatusCode::OK);
     assert_eq!(again.headers()["idempotent-replayed"], "true");
     assert_eq!(again.json::<JobView>().await.unwrap().id, first.id);

@@ -340,7 +340,7 @@ async fn a_handed_job_its_process_never_runs_is_rescued_and_run_by_another() {
             unused,
             &groups,
             owner,
-            import(upload_id),
+            (import(upload_id), None),
             &options,
         )
     };
