@@ -45,13 +45,12 @@ use crate::{
         schema::{self, Declared},
     },
     store::items::NewItem,
-    store::uploads::Upload,
     store::{
         datasets, history,
         job_list::{self, Owners},
         jobs::{self, Options},
         states::DatasetState,
-        uploads as store_uploads,
+        uploads::{self as store_uploads, Upload},
     },
 };
 
@@ -396,13 +395,9 @@ impl PartialSchema for CreateJobForm {
                 "The job, as `POST /api/jobs` takes it as JSON (`jobType` `import` or \
                  `validate`), without `fileGuid`. Sent before the file.",
             ));
-        let file = ObjectBuilder::new()
-            .schema_type(Type::String)
-            .content_media_type("application/octet-stream")
-            .description(Some("The file: CSV, XLSX, XLS or ODS."));
         ObjectBuilder::new()
             .property(JOB_FIELD, job)
-            .property(uploads::FILE_FIELD, file)
+            .property(uploads::FILE_FIELD, uploads::file_schema())
             .required(JOB_FIELD)
             .required(uploads::FILE_FIELD)
             .description(Some("Fields after the file are ignored."))

@@ -38,14 +38,18 @@ pub(super) const FILE_FIELD: &str = "file";
 /// The form an upload is sent as, in the OpenAPI document.
 pub struct UploadForm;
 
+/// The file field of a form, in the OpenAPI document.
+pub(super) fn file_schema() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .content_media_type("application/octet-stream")
+        .description(Some("The file: CSV, XLSX, XLS or ODS."))
+}
+
 impl PartialSchema for UploadForm {
     fn schema() -> RefOr<Schema> {
-        let file = ObjectBuilder::new()
-            .schema_type(Type::String)
-            .content_media_type("application/octet-stream")
-            .description(Some("The file: CSV, XLSX, XLS or ODS."));
         ObjectBuilder::new()
-            .property(FILE_FIELD, file)
+            .property(FILE_FIELD, file_schema())
             .required(FILE_FIELD)
             .description(Some("Other fields are ignored."))
             .into()
