@@ -72,7 +72,7 @@ pub async fn insert_declared(
     sqlx::query_scalar!(
         "insert into datasets (id, owner, name, columns, key, state, declared)
          values ($1, $2, $3, $4, $5, $6, true)
-         on conflict (owner, name) where state <> 'deleted' do nothing
+         on conflict (owner, name) where live do nothing
          returning id",
         Uuid::now_v7(),
         owner,
@@ -88,7 +88,7 @@ pub async fn insert_declared(
 /// `owner`'s `ready` dataset with this name.
 pub async fn find(pool: &PgPool, owner: Uuid, name: &str) -> sqlx::Result<Option<DatasetView>> {
     select_view!(
-        "where d.owner = $1 and d.name = $2 and d.state = $3",
+        "where d.owner = $1 and d.name = $2 and d.live and d.state = $3",
         owner,
         name,
         DatasetState::Ready as DatasetState,
@@ -167,11 +167,10 @@ async fn find_or_make(
     match created {
         Some((_, id)) => Ok(Some(id)),
         None => {
-            // The state written out, so that a generic plan (`db::begin_planned_once`) can
-            // use the partial index of live names.
+            // `live` written out, so that a generic plan (`db::begin_planned_once`) can use
+            // the partial index of live names.
             sqlx::query_scalar!(
-                "select id from datasets where owner = $1 and name = $2 and state <> 'deleted' \
-                 for share",
+                "select id from datasets where owner = $1 and name = $2 and live for share",
                 owner,
                 name,
             )
@@ -194,7 +193,7 @@ pub async fn make_new(
     let made = sqlx::query!(
         r#"insert into datasets (id, owner, name, state)
            select id, $1, name, $4 from unnest($2::uuid[], $3::text[]) as new(id, name)
-           on conflict (owner, name) where state <> 'deleted' do nothing
+           on conflict (owner, name) where live do nothing
            returning name, id"#,
         owner,
         &ids,
@@ -214,7 +213,7 @@ pub async fn for_job(
     name: &str,
 ) -> sqlx::Result<Option<Uuid>> {
     sqlx::query_scalar!(
-        "select id from datasets where owner = $1 and name = $2 and state = $3 for share",
+        "select id from datasets where owner = $1 and name = $2 and live and state = $3 for share",
         owner,
         name,
         DatasetState::Ready as DatasetState,
@@ -233,7 +232,8 @@ pub async fn columns_for_import(
 ) -> sqlx::Result<Vec<Column>> {
     let columns = sqlx::query_scalar!(
         r#"select columns as "columns: Json<Vec<Column>>" from datasets
-           where owner = $1 and name = $2 and (state = $3 or state = $4 and declared)"#,
+           where owner = $1 and name = $2 and live
+             and (state = $3 or state = $4 and declared)"#,
         owner,
         name,
         DatasetState::Ready as DatasetState,
@@ -273,7 +273,7 @@ pub async fn row_count_held(conn: &mut PgConnection, id: Uuid) -> sqlx::Result<i
 /// The id of `owner`'s `ready` dataset with this name.
 pub async fn id_of(conn: &mut PgConnection, owner: Uuid, name: &str) -> sqlx::Result<Option<Uuid>> {
     sqlx::query_scalar!(
-        "select id from datasets where owner = $1 and name = $2 and state = $3",
+        "select id from datasets where owner = $1 and name = $2 and live and state = $3",
         owner,
         name,
         DatasetState::Ready as DatasetState,

@@ -157,9 +157,9 @@ pub async fn hold_for_jobs(conn: &mut PgConnection, job_ids: &[Uuid]) -> sqlx::R
 
 /// Locks `owner`'s dataset of this name in `state` `for update`: a job being created on it
 /// (which holds it `for share`) commits first, so [`live_jobs`], a later statement, sees it.
-/// `state` is never `deleted` (a name is unique among the datasets that are not): saying so lets
-/// the one plan of the statement read the unique index by name, instead of each create
-/// planning it anew (`make bench ONLY=small`).
+/// `state` is never `deleted` (a name is unique among the `live` datasets): saying `live` lets the
+/// one plan of the statement read the unique index by name, instead of each create planning it
+/// anew (`make bench ONLY=small`).
 async fn lock(
     conn: &mut PgConnection,
     owner: Uuid,
@@ -169,7 +169,7 @@ async fn lock(
     sqlx::query_as!(
         Locked,
         "select id, row_count, declared from datasets
-         where owner = $1 and name = $2 and state = $3 and state <> 'deleted'
+         where owner = $1 and name = $2 and live and state = $3
          for update",
         owner,
         name,
