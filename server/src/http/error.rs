@@ -200,6 +200,7 @@ impl From<CreateError> for ApiError {
             CreateError::TooManyActive { limit } => super::quotas::too_many_jobs(limit),
             CreateError::TooManyItemBytes { limit } => super::quotas::too_many_item_bytes(limit),
             CreateError::Database(err) => err.into(),
+            CreateError::File(err) => err.into(),
             CreateError::Queue(err) => Self::Internal(err.into()),
             CreateError::Preview(err) => err.into(),
             CreateError::Deletion(err) => err.into(),

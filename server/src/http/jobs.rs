@@ -50,7 +50,7 @@ use crate::{
         job_list::{self, Owners},
         jobs::{self, Options},
         states::DatasetState,
-        uploads::{self as store_uploads, Upload},
+        uploads::{self as store_uploads, File},
     },
 };
 
@@ -423,14 +423,14 @@ fn is_form(headers: &HeaderMap) -> bool {
 
 const FORM: &[u8] = b"multipart/form-data";
 
-/// Makes the job a request asks for; `stored`: the file the request sent with it, just stored
-/// for its owner (the job is then made as that owner, of that file).
+/// Makes the job a request asks for; `sent`: the file the request sent with it, taken for its
+/// owner (the job is then made as that owner, of that file).
 async fn make(
     state: &AppState,
     caller: &Caller,
     idempotency_key: Option<&str>,
     request: &CreateJob,
-    stored: Option<(Uuid, Upload)>,
+    sent: Option<(Uuid, File)>,
 ) -> Result<create::Created, ApiError> {
     let mut options = request.options(idempotency_key, &state.callbacks)?;
     options.active_jobs_limit = Some(state.limits.active_jobs);
@@ -440,7 +440,7 @@ async fn make(
         .map(NewDataset::check)
         .transpose()?;
     let what = request.what(&state.pool, new_dataset.as_ref()).await?;
-    if stored.is_none() && caller.me().is_none() {
+    if sent.is_none() && caller.me().is_none() {
         // A visitor owns no upload, dataset or batch: whatever the request names does not
         // exist for them, and they do not become a guest for a request that cannot succeed.
         let missing = match what {
@@ -452,14 +452,14 @@ async fn make(
             return Err(missing.into());
         }
     }
-    let (owner, upload) = match stored {
-        Some((owner, upload)) => (owner, Some(upload)),
+    let (owner, file) = match sent {
+        Some((owner, file)) => (owner, Some(file)),
         None => (caller.owner(state).await?.id, None),
     };
     Ok(match what {
         What::Import(import) => {
             let (pool, converter, groups) = (&state.pool, &state.converter, &state.groups);
-            create::import(pool, converter, groups, owner, (import, upload), &options).await?
+            create::import(pool, converter, groups, owner, (import, file), &options).await?
         }
         What::Export { dataset, format } => {
             create::export(&state.pool, owner, dataset, format, &options).await?
@@ -482,13 +482,16 @@ async fn make(
 
 /// Makes an import (or a dry run) sent with its file: a form whose `job` field holds the
 /// request's JSON (without `fileGuid`) and whose `file` field, after it, holds the file. The
-/// JSON is checked before the file is stored (what depends on the owner's data or on the file,
-/// such as the live-job limit or a mapping, is checked as the job is made); the file is stored
-/// as `POST /api/uploads` stores one, then the job is made as `POST /api/jobs` makes it, and
-/// the file is removed if no job comes of it (an error, the request dropped). A repeat of a
-/// request that made its job (its dedupe key) answers that job before any file is stored. One
-/// request instead of two: a script's import costs one round trip, and the server one request
-/// and one read of the upload less.
+/// JSON is checked before the file is read (what depends on the owner's data or on the file,
+/// such as the live-job limit or a mapping, is checked as the job is made). A small file that
+/// has arrived whole is stored by the transaction that makes its job (with its group's other
+/// files, in one statement), so nothing is left of it if no job is made; any other (or one
+/// whose mapping must be checked against it) is stored first, as `POST /api/uploads` stores
+/// one, then the job is made as `POST /api/jobs` makes it, and the file is removed if no job
+/// comes of it (an error, the request dropped). A repeat of a request that made its job (its
+/// dedupe key) answers that job before any file is stored. One request instead of two: a
+/// script's import costs one round trip, and the server one request, one read of the upload
+/// and (a small file) one commit less.
 async fn with_file(
     state: &AppState,
     caller: &Caller,
@@ -520,7 +523,7 @@ async fn with_file(
             "Send the file or \"fileGuid\", not both.".into(),
         ));
     }
-    // The JSON checked before the file is stored, with a stand-in for its id (replaced below,
+    // The JSON checked before the file is read, with a stand-in for its id (replaced below,
     // before the job is made).
     request.file_guid = Some(Uuid::nil());
     let options = request.options(idempotency_key, &state.callbacks)?;
@@ -528,10 +531,10 @@ async fn with_file(
     request
         .what(&state.pool, new_dataset.transpose()?.as_ref())
         .await?;
-    let file = next_field(&mut form, limit)
+    let field = next_field(&mut form, limit)
         .await?
         .ok_or_else(out_of_order)?;
-    if file.name() != Some(uploads::FILE_FIELD) {
+    if field.name() != Some(uploads::FILE_FIELD) {
         return Err(out_of_order());
     }
     if caller.me().is_none() {
@@ -541,27 +544,37 @@ async fn with_file(
     let owner = caller.owner(state).await?.id;
     if let Some(earlier) = create::replay(&state.pool, owner, &options).await? {
         // The file is read (not stored), so that the client hears the answer.
-        let mut file = file;
-        while let Ok(Some(_)) = file.chunk().await {}
+        let mut field = field;
+        while let Ok(Some(_)) = field.chunk().await {}
         return Ok(earlier);
     }
-    let upload = uploads::store(state, owner, file).await?;
-    let unclaimed = store_uploads::Unclaimed::new(&state.pool, upload.id);
-    request.file_guid = Some(upload.id);
-    // As the owner the file was stored for (a visitor became a guest above).
+    let file = match request.mapping {
+        None => uploads::take(state, owner, field).await?,
+        Some(_) => File::Stored(uploads::store(state, owner, field).await?),
+    };
+    let unclaimed = match &file {
+        File::Stored(upload) => Some(store_uploads::Unclaimed::new(&state.pool, upload.id)),
+        File::Sent(_) => None,
+    };
+    request.file_guid = Some(file.upload().id);
+    // As the owner the file was taken for (a visitor became a guest above).
     let made = make(
         state,
         caller,
         idempotency_key,
         &request,
-        Some((owner, upload)),
+        Some((owner, file)),
     )
     .await;
-    match made {
-        Ok(create::Created {
-            replayed: false, ..
-        }) => unclaimed.keep(),
-        _ => unclaimed.remove().await,
+    match (unclaimed, &made) {
+        (None, _) => {}
+        (
+            Some(unclaimed),
+            Ok(create::Created {
+                replayed: false, ..
+            }),
+        ) => unclaimed.keep(),
+        (Some(unclaimed), _) => unclaimed.remove().await,
     }
     made
 }

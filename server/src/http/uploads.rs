@@ -29,7 +29,7 @@ use crate::{
     auth::Sees,
     jobs::preview::{self, ReadAs},
     spreadsheet::{reading::Reading, schema},
-    store::uploads::{self, Upload, UploadError, UploadLimits},
+    store::uploads::{self, File, Upload, UploadError, UploadLimits},
 };
 
 /// The form field that holds the file.
@@ -103,28 +103,67 @@ pub(super) async fn store(
     owner: Uuid,
     field: Field<'_>,
 ) -> Result<Upload, ApiError> {
-    let limit = state.max_upload_bytes;
-    let filename = clean_file_name(field.file_name().unwrap_or("upload.csv"));
-    let content_type = field.content_type().map(str::to_owned);
-    let limits = UploadLimits {
-        file_bytes: limit,
-        at_once: Some(state.limits.uploads_at_once),
-        stored_bytes: Some(state.limits.stored_bytes),
-    };
+    let (filename, content_type, limits) = described(state, &field);
+    let body = std::pin::pin!(file_body(field, limits.file_bytes));
     let upload = uploads::save(
         &state.pool,
         owner,
         &filename,
         content_type.as_deref(),
         limits,
-        std::pin::pin!(field.map_err(|err| match multipart_error(err, limit) {
-            ApiError::TooLarge(_) => UploadError::TooLarge { limit },
-            other => UploadError::Body(std::io::Error::other(other.to_string())),
-        })),
+        body,
     )
     .await?;
     tracing::info!(upload = %upload.id, size = upload.size, "file uploaded");
     Ok(upload)
+}
+
+/// A form's file field sent with the job it is for, within the server's upload limits: a small
+/// file that arrived whole is held, to be stored with its job; any other is stored now
+/// (`store::uploads::take`).
+pub(super) async fn take(
+    state: &AppState,
+    owner: Uuid,
+    field: Field<'_>,
+) -> Result<File, ApiError> {
+    let (filename, content_type, limits) = described(state, &field);
+    let body = std::pin::pin!(file_body(field, limits.file_bytes));
+    let file = uploads::take(
+        &state.pool,
+        owner,
+        &filename,
+        content_type.as_deref(),
+        limits,
+        body,
+    )
+    .await?;
+    if let File::Stored(upload) = &file {
+        tracing::info!(upload = %upload.id, size = upload.size, "file uploaded");
+    }
+    Ok(file)
+}
+
+/// A file field's name (cleaned), content type and the limits it is stored within.
+fn described(state: &AppState, field: &Field<'_>) -> (String, Option<String>, UploadLimits) {
+    let filename = clean_file_name(field.file_name().unwrap_or("upload.csv"));
+    let content_type = field.content_type().map(str::to_owned);
+    let limits = UploadLimits {
+        file_bytes: state.max_upload_bytes,
+        at_once: Some(state.limits.uploads_at_once),
+        stored_bytes: Some(state.limits.stored_bytes),
+    };
+    (filename, content_type, limits)
+}
+
+/// A file field's bytes, its errors as an upload's.
+fn file_body(
+    field: Field<'_>,
+    limit: usize,
+) -> impl futures::Stream<Item = Result<axum::body::Bytes, UploadError>> + '_ {
+    field.map_err(move |err| match multipart_error(err, limit) {
+        ApiError::TooLarge(_) => UploadError::TooLarge { limit },
+        other => UploadError::Body(std::io::Error::other(other.to_string())),
+    })
 }
 
 /// How to read the upload for its preview; each left out is found from the file.

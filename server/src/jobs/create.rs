@@ -31,7 +31,7 @@ use crate::{
         jobs::{self, LiveJobs, NewJob, NewKind, NewRow, Options},
         queue::{self, Priority, TaskMsg},
         states::{DatasetState, ExportFormat, dataset},
-        uploads::{self, Upload},
+        uploads::{self, File, Sent, Upload, UploadError},
     },
 };
 
@@ -55,6 +55,9 @@ pub enum CreateError {
     TooManyItemBytes { limit: i64 },
     #[error(transparent)]
     Database(#[from] sqlx::Error),
+    /// The file sent with the job could not be stored (its owner's limits).
+    #[error(transparent)]
+    File(#[from] UploadError),
     #[error(transparent)]
     Queue(#[from] apalis_postgres::Error),
     #[error(transparent)]
@@ -105,39 +108,47 @@ pub struct Import<'a> {
 /// `converter` reads a workbook's header when a mapping must be checked against it. A plain
 /// import is made in a group with the owner's other imports that arrive meanwhile
 /// ([`group`]); a small file goes to this process's own workers through the groups' lane when
-/// it has a place free. `stored`: the upload, when the request has just stored it for `owner`
-/// (a file sent with its job), which is then not read again.
+/// it has a place free. `sent`: the file the request sent with the import, for `owner`: stored
+/// already (it is then not read again), or stored by the transaction that makes the job (no
+/// mapping then: checking one reads the stored file).
 pub async fn import(
     pool: &PgPool,
     converter: &Path,
     groups: &Arc<Groups>,
     owner: Uuid,
-    (import, stored): (Import<'_>, Option<Upload>),
+    (import, sent): (Import<'_>, Option<File>),
     options: &Options,
 ) -> Result<Created, CreateError> {
     schema::check_dataset_name(import.dataset).map_err(CreateError::Invalid)?;
-    let upload = match stored {
-        Some(upload) if upload.id == import.upload_id => upload,
-        _ => uploads::find(pool, import.upload_id, Sees::OwnedBy(owner))
-            .await?
-            .ok_or(CreateError::UploadNotFound(import.upload_id))?,
+    let file = match sent {
+        Some(file) if file.upload().id == import.upload_id => file,
+        _ => File::Stored(
+            uploads::find(pool, import.upload_id, Sees::OwnedBy(owner))
+                .await?
+                .ok_or(CreateError::UploadNotFound(import.upload_id))?,
+        ),
     };
     if let Some(mapping) = import.mapping {
-        check_mapping(pool, converter, owner, &upload, import, mapping).await?;
+        let File::Stored(upload) = &file else {
+            let unstored = "a mapping is checked against a stored file only";
+            return Err(sqlx::Error::Protocol(unstored.into()).into());
+        };
+        check_mapping(pool, converter, owner, upload, import, mapping).await?;
     }
     let options = with_dataset_order(options, owner, import.dataset);
     if group::takes(&import, &options) {
-        return groups.create(pool, owner, upload, import, options).await;
+        return groups.create(pool, owner, file, import, options).await;
     }
-    import_alone(pool, groups.lane(), owner, &upload, import, &options).await
+    import_alone(pool, groups.lane(), owner, &file, import, &options).await
 }
 
-/// Makes an import of `upload` in a transaction of its own; `options` carry its serialize key.
+/// Makes an import of `file` in a transaction of its own (which stores the file, if it was
+/// sent with the import); `options` carry its serialize key.
 pub(super) async fn import_alone(
     pool: &PgPool,
     lane: Option<&Lane>,
     owner: Uuid,
-    upload: &Upload,
+    file: &File,
     import: Import<'_>,
     options: &Options,
 ) -> Result<Created, CreateError> {
@@ -146,7 +157,7 @@ pub(super) async fn import_alone(
     // goes first, as a retry takes it first.
     let key = options.serialize_key.as_deref().unwrap_or_default();
     jobs::hold_owners_jobs_and_keys(&mut tx, owner, &[key]).await?;
-    let inserted = match insert_import(&mut tx, lane, owner, upload, import, options).await {
+    let inserted = match insert_import(&mut tx, lane, owner, file, import, options).await {
         // The dataset a request declares exists: made by this very request, sent before?
         Err(CreateError::Conflict(message)) => {
             return match replayed(pool, tx, owner, options).await? {
@@ -161,14 +172,14 @@ pub(super) async fn import_alone(
 }
 
 /// Writes an import's job in `tx`, which holds the owner's lock and the import's serialize
-/// key's: its checks, its dataset (made or taken over when it must be) and its job, whose
-/// insert leases it when `lane` has a place for it. `None` when the insert met the owner's
-/// job with the same dedupe key.
+/// key's: its checks, its dataset (made or taken over when it must be), its file if it was
+/// sent with it ([`store_sent`]) and its job, whose insert leases it when `lane` has a place
+/// for it. `None` when the insert met the owner's job with the same dedupe key.
 pub(super) async fn insert_import(
     tx: &mut PgConnection,
     lane: Option<&Lane>,
     owner: Uuid,
-    upload: &Upload,
+    file: &File,
     import: Import<'_>,
     options: &Options,
 ) -> Result<Option<Inserted>, CreateError> {
@@ -189,7 +200,8 @@ pub(super) async fn insert_import(
         dry_run: import.dry_run,
         fixes: import.fixes,
     };
-    let handing = place_for(lane, upload);
+    store_sent(tx, owner, file.sent().as_slice()).await?;
+    let handing = place_for(lane, file.upload());
     let lease = handing
         .as_ref()
         .map(|(lane, reserved)| lane.lease(reserved));
@@ -208,7 +220,7 @@ pub(super) async fn insert_import(
 /// A plain import of a group's ([`group::takes`]): its file, what it asks for and its
 /// options, which carry its serialize key.
 pub(super) struct Plain<'a> {
-    pub upload: &'a Upload,
+    pub file: &'a File,
     pub import: Import<'a>,
     pub options: &'a Options,
 }
@@ -216,8 +228,8 @@ pub(super) struct Plain<'a> {
 /// Writes the jobs of a group of plain imports in `tx`, which holds the owner's lock and the
 /// imports' serialize keys', as [`insert_import`] writes one's, with a statement for all where
 /// it can: the datasets none of them has yet made in one (those that exist found, or taken
-/// over, one by one), and the jobs inserted in one, each leased when `lane` has a place for
-/// it. In the group's order.
+/// over, one by one), the files sent with them stored in one ([`store_sent`]), and the jobs
+/// inserted in one, each leased when `lane` has a place for it. In the group's order.
 pub(super) async fn insert_plain(
     tx: &mut PgConnection,
     lane: Option<&Lane>,
@@ -251,9 +263,11 @@ pub(super) async fn insert_plain(
         };
         dataset_ids.push(id);
     }
+    let sent: Vec<&Sent> = plain.iter().filter_map(|one| one.file.sent()).collect();
+    store_sent(tx, owner, &sent).await?;
     let handing: Vec<_> = plain
         .iter()
-        .map(|one| place_for(lane, one.upload))
+        .map(|one| place_for(lane, one.file.upload()))
         .collect();
     let rows: Vec<NewRow<'_>> = plain
         .iter()
@@ -285,6 +299,17 @@ pub(super) async fn insert_plain(
         .zip(handing)
         .map(|(job, handing)| Inserted { job, handing })
         .collect())
+}
+
+/// Stores the files sent with the imports whose jobs `tx` is about to insert (`uploads::
+/// store_sent`): once their datasets are settled, so that the owner's row of stored bytes its
+/// trigger locks is held only from here to the commit, and never while a dataset is waited
+/// for (retention takes them in the other order).
+async fn store_sent(tx: &mut PgConnection, owner: Uuid, sent: &[&Sent]) -> Result<(), CreateError> {
+    if !sent.is_empty() {
+        uploads::store_sent(&mut *tx, owner, sent).await?;
+    }
+    Ok(())
 }
 
 /// A place in `lane` for a job of `upload`, taken under the owner's lock (a create waiting for

@@ -18,8 +18,9 @@
 //! A group is rolled back when an insert meets anything but a new job within the owner's
 //! live-job limit. Past the limit, that import and those after it are refused (each adds a
 //! live job) and those before it are made again, as a smaller group. Anything else an import
-//! meets (a dataset being made by another import, a file removed meanwhile, an error the
-//! database reported) has the group's imports made one by one, each as a create of one, which
+//! meets (a dataset being made by another import, a file removed meanwhile, the files sent
+//! with the group past their owner's limits together, an error the database reported) has the
+//! group's imports made one by one, each as a create of one, which
 //! gives each request its own answer; no connection, or the database gone, is every request's
 //! answer at once. Being made by a task of their own, a group's jobs are created even if the
 //! requests that asked for them are gone; an owner has at most [`MAX_WAITING`] imports
@@ -44,7 +45,7 @@ use crate::{
     store::{
         jobs::{self, Options},
         queue::{self, TaskMsg},
-        uploads::Upload,
+        uploads::{File, UploadError},
     },
 };
 
@@ -65,7 +66,7 @@ pub struct Groups {
 
 /// A plain import a request asked for, and where its answer goes.
 struct Waiting {
-    upload: Upload,
+    file: File,
     dataset: String,
     sheet: Option<String>,
     reading: Reading,
@@ -76,7 +77,7 @@ struct Waiting {
 impl Waiting {
     fn import(&self) -> Import<'_> {
         Import {
-            upload_id: self.upload.id,
+            upload_id: self.file.upload().id,
             dataset: &self.dataset,
             sheet: self.sheet.as_deref(),
             reading: self.reading,
@@ -114,20 +115,21 @@ impl Groups {
         self.lane.as_ref()
     }
 
-    /// Makes a plain import of `owner`'s ([`takes`]), of `upload`, in the owner's next group;
-    /// `options` carry its serialize key already.
+    /// Makes a plain import of `owner`'s ([`takes`]), of `file`, in the owner's next group
+    /// (which stores the file, if it was sent with the import); `options` carry its serialize
+    /// key already.
     pub async fn create(
         self: &Arc<Self>,
         pool: &PgPool,
         owner: Uuid,
-        upload: Upload,
+        file: File,
         import: Import<'_>,
         options: Options,
     ) -> Result<Created, CreateError> {
         debug_assert!(takes(&import, &options), "a group makes plain imports only");
         let (answer, answered) = oneshot::channel();
         let waiting = Waiting {
-            upload,
+            file,
             dataset: import.dataset.to_owned(),
             sheet: import.sheet.map(str::to_owned),
             reading: import.reading,
@@ -238,8 +240,8 @@ impl Groups {
         owner: Uuid,
         waiting: &Waiting,
     ) -> Result<Created, CreateError> {
-        let (lane, upload, options) = (self.lane(), &waiting.upload, &waiting.options);
-        create::import_alone(pool, lane, owner, upload, waiting.import(), options).await
+        let (lane, file, options) = (self.lane(), &waiting.file, &waiting.options);
+        create::import_alone(pool, lane, owner, file, waiting.import(), options).await
     }
 
     /// Inserts the group's jobs and commits, handing on those the inserts leased; or rolls
@@ -259,7 +261,7 @@ impl Groups {
         let plain: Vec<_> = group
             .iter()
             .map(|waiting| Plain {
-                upload: &waiting.upload,
+                file: &waiting.file,
                 import: waiting.import(),
                 options: &waiting.options,
             })
@@ -329,7 +331,8 @@ enum Outcome {
     /// live job) is past its owner's live-job limit.
     OverLimit { at: usize, limit: i64 },
     /// Rolled back: an import met something of its own (a dataset another import is making,
-    /// its file removed meanwhile, an error the database reported): each is made alone.
+    /// its file removed meanwhile, files sent with the group past their owner's limits
+    /// together, an error the database reported): each is made alone.
     OneByOne(CreateError),
     /// No connection, or the database went away (or the group's lock or messages failed):
     /// every request is answered with this error, once, rather than each waiting for it in
@@ -340,7 +343,7 @@ enum Outcome {
 /// Whether an import's error may be its own rather than the connection's or the database
 /// server's (gone, shutting down, out of connections: SQLSTATE classes 08 and 57P).
 fn its_own(err: &CreateError) -> bool {
-    let CreateError::Database(err) = err else {
+    let (CreateError::Database(err) | CreateError::File(UploadError::Database(err))) = err else {
         return true;
     };
     match err {

@@ -77,9 +77,70 @@ impl UploadLimits {
 }
 
 /// Files under this many bytes that have arrived whole by the time their first bytes are read
-/// are stored in one statement ([`store_whole`]). Held before the owner's limits are checked,
-/// so no more than a request's own buffers would hold.
+/// are stored in one statement ([`store_sent`]), or held to be stored with the job they were
+/// sent with ([`take`]). Held before the owner's limits are checked, so no more than a
+/// request's own buffers would hold.
 const WHOLE_BYTES: usize = 64 << 10;
+
+/// A small file that arrived whole with the request that sent it ([`WHOLE_BYTES`]), not stored
+/// yet: [`store_sent`] stores it, in the transaction that makes its job when it was sent with
+/// one. Its id is chosen already.
+pub struct Sent {
+    pub upload: Upload,
+    content_type: Option<String>,
+    data: Vec<u8>,
+    sha256: Vec<u8>,
+    limits: UploadLimits,
+}
+
+/// Its bytes left out.
+impl std::fmt::Debug for Sent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sent")
+            .field("upload", &self.upload)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sent {
+    fn new(file: Received, filename: &str, content_type: Option<&str>) -> Self {
+        Self {
+            upload: Upload {
+                id: Uuid::now_v7(),
+                filename: filename.to_owned(),
+                size: file.size as i64,
+            },
+            content_type: content_type.map(str::to_owned),
+            sha256: file.hasher.finalize().to_vec(),
+            data: file.part,
+            limits: file.limits,
+        }
+    }
+}
+
+/// The file a job is made of: stored already, or sent with the request that makes the job and
+/// stored by the transaction that makes it (nothing to remove if no job comes of it).
+#[derive(Debug)]
+pub enum File {
+    Stored(Upload),
+    Sent(Sent),
+}
+
+impl File {
+    pub fn upload(&self) -> &Upload {
+        match self {
+            File::Stored(upload) => upload,
+            File::Sent(sent) => &sent.upload,
+        }
+    }
+
+    pub fn sent(&self) -> Option<&Sent> {
+        match self {
+            File::Stored(_) => None,
+            File::Sent(sent) => Some(sent),
+        }
+    }
+}
 
 /// Stores a file from a stream of byte chunks, all or nothing. A small file that has arrived
 /// whole by the time its first bytes are read is stored in one statement ([`WHOLE_BYTES`]).
@@ -99,6 +160,56 @@ where
     B: AsRef<[u8]>,
     E: Into<UploadError>,
 {
+    match arrive(limits, &mut body).await? {
+        Arrived::Whole(file) => {
+            store_whole(pool, owner, Sent::new(file, filename, content_type)).await
+        }
+        Arrived::Started(file) => {
+            save_rest(pool, owner, (filename, content_type), file, body).await
+        }
+    }
+}
+
+/// A file sent with the job it is for: a small one that has arrived whole by the time its
+/// first bytes are read ([`WHOLE_BYTES`]) is held, to be stored by the transaction that makes
+/// the job; any other is stored as [`save`] stores it.
+pub async fn take<S, B, E>(
+    pool: &PgPool,
+    owner: Uuid,
+    filename: &str,
+    content_type: Option<&str>,
+    limits: UploadLimits,
+    mut body: S,
+) -> Result<File, UploadError>
+where
+    S: Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+    E: Into<UploadError>,
+{
+    Ok(match arrive(limits, &mut body).await? {
+        Arrived::Whole(file) => File::Sent(Sent::new(file, filename, content_type)),
+        Arrived::Started(file) => {
+            File::Stored(save_rest(pool, owner, (filename, content_type), file, body).await?)
+        }
+    })
+}
+
+/// What of a file had arrived when its first bytes were read.
+enum Arrived {
+    /// All of it (under [`WHOLE_BYTES`], and not empty).
+    Whole(Received),
+    /// Its start: the rest is on its way.
+    Started(Received),
+}
+
+/// Reads a file's first bytes, and whatever else of it has arrived with them, up to
+/// [`WHOLE_BYTES`].
+async fn arrive<S, B, E>(limits: UploadLimits, body: &mut S) -> Result<Arrived, UploadError>
+where
+    S: Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+    E: Into<UploadError>,
+{
     let mut file = Received::new(limits);
     while file.part.len() < WHOLE_BYTES {
         // The first bytes are waited for; after them, only bytes already here are taken. A
@@ -109,16 +220,29 @@ where
         };
         match next {
             None => break,
-            Some(None) => {
-                let size = file.size as i64;
-                let id = store_whole(pool, owner, (filename, content_type), limits, file).await?;
-                let filename = filename.to_owned();
-                return Ok(Upload { id, filename, size });
-            }
+            Some(None) if file.size == 0 => return Err(UploadError::Empty),
+            Some(None) => return Ok(Arrived::Whole(file)),
             Some(Some(bytes)) => file.take(bytes.map_err(Into::into)?.as_ref())?,
         }
     }
-    let id = begin(pool, owner, filename, content_type, limits).await?;
+    Ok(Arrived::Started(file))
+}
+
+/// Stores a file whose start has arrived (`file`), part by part, as the rest of `body`
+/// arrives.
+async fn save_rest<S, B, E>(
+    pool: &PgPool,
+    owner: Uuid,
+    (filename, content_type): (&str, Option<&str>),
+    file: Received,
+    body: S,
+) -> Result<Upload, UploadError>
+where
+    S: Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+    E: Into<UploadError>,
+{
+    let id = begin(pool, owner, filename, content_type, file.limits).await?;
     // Whatever ends the upload early, what was stored goes: before the answer on an error (so
     // a retry at once finds its place free), from a guard if the request is dropped mid-way.
     let unfinished = Unclaimed::new(pool, id);
@@ -335,33 +459,18 @@ where
     Ok(file.size)
 }
 
-/// Stores a small file that arrived whole in one (autocommitted) statement that checks its
-/// owner's limits as [`begin`] and [`store_part`] do: it needs neither the owner's lock (it
-/// never takes a place among the files being received) nor a transaction of its own. Before,
-/// every upload took the owner's lock for four round trips, and one owner's uploads waited
-/// 9.3 ms for it on average (`make bench ONLY=small`, 3,000 jobs). The owner's stored bytes
-/// are read without a lock, as [`store_part`] reads them: whole files stored at the same
-/// moment may each pass the limit by up to their own size (under [`WHOLE_BYTES`]). Reading
-/// them locked, and adding to one row per owner, had one owner's files stored one at a time,
-/// each holding the row through its commit (migration `stored_bytes_in_stripes`). Run by a
-/// task of its own: a request dropped meanwhile has the file, stored once the statement
-/// commits, deleted. Its id.
-async fn store_whole(
-    pool: &PgPool,
-    owner: Uuid,
-    (filename, content_type): (&str, Option<&str>),
-    limits: UploadLimits,
-    file: Received,
-) -> Result<Uuid, UploadError> {
-    if file.size == 0 {
-        return Err(UploadError::Empty);
-    }
+/// Stores a small file that arrived whole in one (autocommitted) statement ([`store_sent`]):
+/// it needs neither the owner's lock (it never takes a place among the files being received)
+/// nor a transaction of its own. Before, every upload took the owner's lock for four round
+/// trips, and one owner's uploads waited 9.3 ms for it on average (`make bench ONLY=small`,
+/// 3,000 jobs). Run by a task of its own: a request dropped meanwhile has the file, stored once
+/// the statement commits, deleted.
+async fn store_whole(pool: &PgPool, owner: Uuid, file: Sent) -> Result<Upload, UploadError> {
     let (answer, answered) = tokio::sync::oneshot::channel();
-    let (pool, id) = (pool.clone(), Uuid::now_v7());
-    let named = (filename.to_owned(), content_type.map(str::to_owned));
+    let (pool, upload) = (pool.clone(), file.upload.clone());
     tokio::spawn(async move {
-        let (filename, content_type) = (&named.0, named.1.as_deref());
-        let stored = insert_whole(&pool, (owner, id), (filename, content_type), limits, file).await;
+        let stored = store_sent(&pool, owner, &[&file]).await;
+        let id = file.upload.id;
         if let Err(Ok(())) = answer.send(stored)
             && let Err(err) = delete(&pool, id).await
         {
@@ -371,58 +480,81 @@ async fn store_whole(
     let stopped =
         |_| Err(sqlx::Error::Io(std::io::Error::other("the upload's task stopped")).into());
     answered.await.unwrap_or_else(stopped)?;
-    Ok(id)
+    Ok(upload)
 }
 
-/// [`store_whole`]'s statement.
-async fn insert_whole(
-    pool: &PgPool,
-    (owner, id): (Uuid, Uuid),
-    (filename, content_type): (&str, Option<&str>),
-    limits: UploadLimits,
-    file: Received,
+/// Stores files of `owner`'s that arrived whole, in one statement that checks the owner's
+/// limits (the strictest of the files') as [`begin`] and [`store_part`] do: all of them, or
+/// none and the limit they would pass. The owner's stored bytes are read without a lock, as
+/// [`store_part`] reads them: statements storing files at the same moment may each pass the
+/// limit by up to what they store (files under [`WHOLE_BYTES`] each, up to a group's worth:
+/// `jobs::group`), until their transactions commit. Reading them locked, and adding to one row
+/// per owner, had one owner's files stored one at a time, each holding the row through its
+/// commit (migration `stored_bytes_in_stripes`).
+pub async fn store_sent(
+    conn: impl sqlx::PgExecutor<'_>,
+    owner: Uuid,
+    files: &[&Sent],
 ) -> Result<(), UploadError> {
-    let sha256 = file.hasher.finalize();
+    let strictest = |limit: fn(&UploadLimits) -> Option<i64>| {
+        files.iter().filter_map(|file| limit(&file.limits)).min()
+    };
+    let (at_once, stored_bytes) = (strictest(|l| l.at_once), strictest(|l| l.stored_bytes));
+    let ids: Vec<Uuid> = files.iter().map(|file| file.upload.id).collect();
+    let names: Vec<&str> = files.iter().map(|file| &*file.upload.filename).collect();
+    let types: Vec<Option<&str>> = files
+        .iter()
+        .map(|file| file.content_type.as_deref())
+        .collect();
+    let data: Vec<&[u8]> = files.iter().map(|file| &*file.data).collect();
+    let sha256: Vec<&[u8]> = files.iter().map(|file| &*file.sha256).collect();
     let outcome = sqlx::query!(
         r#"with totals as (
                select (select count(*) from uploads
-                       where owner = $2 and receiving
+                       where owner = $1 and receiving
                          and alive_at > now() - make_interval(secs => $7)) as sending,
-                      (select coalesce(sum(stored), 0) from upload_bytes where owner = $2)::int8
+                      (select coalesce(sum(stored), 0) from upload_bytes where owner = $1)::int8
                           as stored
+           ),
+           sent as (
+               select * from unnest($2::uuid[], $3::text[], $4::text[], $5::bytea[], $6::bytea[])
+                   as f (id, filename, content_type, data, sha256)
            ),
            upload as (
                insert into uploads (id, owner, filename, content_type, size, sha256, receiving)
-               select $1, $2, $3, $4, length($5::bytea), $6, false from totals
+               select f.id, $1, f.filename, f.content_type, length(f.data), f.sha256, false
+               from sent f, totals
                where ($8::bigint is null or sending < $8)
-                 and ($9::bigint is null or stored + length($5::bytea) <= $9)
+                 and ($9::bigint is null
+                      or stored + (select sum(length(data)) from sent) <= $9)
                returning id
            ),
            part as (insert into upload_parts (upload_id, part_no, data)
-                    select id, 0, $5::bytea from upload)
-         select sending as "sending!", exists (select from upload) as "stored!" from totals"#,
-        id,
+                    select id, 0, f.data from upload join sent f using (id))
+         select sending as "sending!", (select count(*) from upload) as "stored!"
+         from totals"#,
         owner,
-        filename,
-        content_type,
-        &file.part,
-        sha256.as_slice(),
+        &ids,
+        &names as &[&str],
+        &types as &[Option<&str>],
+        &data as &[&[u8]],
+        &sha256 as &[&[u8]],
         ALIVE_WITHIN.as_secs_f64(),
-        limits.at_once,
-        limits.stored_bytes,
+        at_once,
+        stored_bytes,
     )
-    .fetch_one(pool)
+    .fetch_one(conn)
     .await?;
-    if outcome.stored {
+    if outcome.stored == files.len() as i64 {
         return Ok(());
     }
-    if let Some(limit) = limits.at_once.filter(|&limit| outcome.sending >= limit) {
+    if let Some(limit) = at_once.filter(|&limit| outcome.sending >= limit) {
         return Err(UploadError::TooManyAtOnce { limit });
     }
-    match limits.stored_bytes {
+    match stored_bytes {
         Some(limit) => Err(UploadError::StoreFull { limit }),
         None => {
-            Err(sqlx::Error::Protocol("an upload within its limits was not stored".into()).into())
+            Err(sqlx::Error::Protocol("files within their limits were not stored".into()).into())
         }
     }
 }

@@ -14,12 +14,15 @@ use server::{
         group::Groups,
         lane,
     },
-    store::{jobs::Options, uploads},
+    store::{
+        jobs::Options,
+        uploads::{self, UploadError, UploadLimits},
+    },
 };
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
-use crate::support::{TestDb, TestServer, csv, until, writers};
+use crate::support::{TestDb, TestServer, assert_stored_bytes_follow_uploads, csv, until, writers};
 
 const IMPORTS: usize = 8;
 
@@ -46,20 +49,39 @@ async fn made_at_once(
         let upload = server.upload(&format!("{n}.csv"), csv(5)).await;
         uploaded.push(Uuid::parse_str(upload["id"].as_str().unwrap()).unwrap());
     }
-    let owner: Uuid = sqlx::query_scalar("select owner from uploads where id = $1")
-        .bind(uploaded[0])
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    let mut uploads = Vec::new();
+    let owner = owner_of(db, uploaded[0]).await;
+    let mut files = Vec::new();
     for &id in &uploaded {
         let upload = uploads::find(&db.pool, id, Sees::OwnedBy(owner)).await;
-        uploads.push(upload.unwrap().unwrap());
+        files.push(uploads::File::Stored(upload.unwrap().unwrap()));
     }
+    let removed = removed.map(|n| uploaded[n]);
+    asked_at_once(db, groups, owner, files, datasets, limit, removed).await
+}
+
+async fn owner_of(db: &TestDb, upload: Uuid) -> Uuid {
+    sqlx::query_scalar("select owner from uploads where id = $1")
+        .bind(upload)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// [`made_at_once`], of `owner`'s `files`: the file `removed` is removed meanwhile.
+async fn asked_at_once(
+    db: &TestDb,
+    groups: &Arc<Groups>,
+    owner: Uuid,
+    files: Vec<uploads::File>,
+    datasets: &[String],
+    limit: Option<i64>,
+    removed: Option<Uuid>,
+) -> Vec<Result<Created, CreateError>> {
+    let imports = datasets.len();
     let held = hold_owners_lock(db, owner).await;
-    let creates = uploads.into_iter().zip(datasets).map(|(upload, name)| {
+    let creates = files.into_iter().zip(datasets).map(|(file, name)| {
         let import = Import {
-            upload_id: upload.id,
+            upload_id: file.upload().id,
             dataset: name,
             sheet: None,
             reading: Default::default(),
@@ -73,7 +95,7 @@ async fn made_at_once(
             active_jobs_limit: limit,
             ..Options::default()
         };
-        groups.create(&db.pool, owner, upload, import, options)
+        groups.create(&db.pool, owner, file, import, options)
     });
     let mut all = Box::pin(join_all(creates));
     // Polled (nothing else runs meanwhile) until every import is asked for: the first
@@ -97,7 +119,7 @@ async fn made_at_once(
     .await;
     if let Some(removed) = removed {
         sqlx::query("delete from uploads where id = $1")
-            .bind(uploaded[removed])
+            .bind(removed)
             .execute(&db.pool)
             .await
             .unwrap();
@@ -217,6 +239,97 @@ async fn a_group_one_of_whose_files_was_removed_is_made_one_by_one() {
         .await
         .unwrap();
     assert_eq!(datasets, 7);
+    server.stop().await;
+}
+
+/// `n` small files of `owner`'s, sent with their imports: held, not stored.
+async fn sent_files(
+    db: &TestDb,
+    owner: Uuid,
+    n: usize,
+    limits: UploadLimits,
+) -> Vec<uploads::File> {
+    let mut files = Vec::new();
+    for i in 0..n {
+        let body = futures::stream::iter([Ok::<_, UploadError>(csv(5))]);
+        let file = uploads::take(&db.pool, owner, &format!("{i}.csv"), None, limits, body).await;
+        let file = file.unwrap();
+        assert!(
+            file.sent().is_some(),
+            "a small file that arrived whole is held"
+        );
+        files.push(file);
+    }
+    files
+}
+
+/// Files sent with their imports are stored by the transactions that make their jobs: a
+/// group's in one statement, within the owner's limits for all of them together; past them,
+/// each import is made (or refused) alone, and nothing is stored for a job not made.
+#[tokio::test]
+async fn files_sent_with_a_groups_imports_are_stored_by_its_transaction() {
+    let db = TestDb::new().await;
+    let server = TestServer::start(&db, None).await;
+    let first = server.upload("owner.csv", csv(1)).await;
+    let owner = owner_of(&db, Uuid::parse_str(first["id"].as_str().unwrap()).unwrap()).await;
+    let size = csv(5).len() as i64;
+    let uploads_count = || async {
+        let count: i64 = sqlx::query_scalar("select count(*) from uploads")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        count
+    };
+
+    let files = sent_files(&db, owner, IMPORTS, UploadLimits::NONE).await;
+    assert_eq!(uploads_count().await, 1, "held files are not stored");
+    let (groups, names) = (Groups::new(None), sets(IMPORTS));
+    let made = asked_at_once(&db, &groups, owner, files, &names, None, None).await;
+    let jobs: Vec<Uuid> = made.into_iter().map(|made| made.unwrap().job.id).collect();
+    // The first alone, the seven others together, each job with its own file, whole.
+    assert_eq!(writers(&db, &jobs).await, 2);
+    let whole: i64 = sqlx::query_scalar(
+        "select count(distinct u.id) from jobs j join uploads u on u.id = j.upload_id
+         join upload_parts p on p.upload_id = u.id
+         where j.id = any($1) and u.size = $2 and length(p.data) = $2 and not u.receiving",
+    )
+    .bind(&jobs)
+    .bind(size)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(whole, IMPORTS as i64);
+    assert_eq!(uploads_count().await, 1 + IMPORTS as i64);
+    assert_stored_bytes_follow_uploads(&db).await;
+
+    // Room for four more files: the first is made alone, the group of seven would pass the
+    // limit together, and is made one by one: three more fit, the last four are refused.
+    let stored: i64 = sqlx::query_scalar("select sum(size)::int8 from uploads")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let limits = UploadLimits {
+        stored_bytes: Some(stored + 4 * size),
+        ..UploadLimits::NONE
+    };
+    let files = sent_files(&db, owner, IMPORTS, limits).await;
+    let names: Vec<String> = (0..IMPORTS).map(|n| format!("more{n}")).collect();
+    let mut made = asked_at_once(&db, &Groups::new(None), owner, files, &names, None, None).await;
+    for refusal in made.split_off(4) {
+        assert!(
+            matches!(refusal, Err(CreateError::File(UploadError::StoreFull { limit })) if limit == stored + 4 * size),
+            "{refusal:?}"
+        );
+    }
+    let jobs: Vec<Uuid> = made.into_iter().map(|made| made.unwrap().job.id).collect();
+    assert_eq!(writers(&db, &jobs).await, 4);
+    assert_eq!(uploads_count().await, 1 + IMPORTS as i64 + 4);
+    let datasets: i64 = sqlx::query_scalar("select count(*) from datasets where name like 'more%'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(datasets, 4);
+    assert_stored_bytes_follow_uploads(&db).await;
     server.stop().await;
 }
 

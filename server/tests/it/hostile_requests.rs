@@ -671,6 +671,27 @@ async fn owners_over_their_limits_get_429_with_retry_after() {
         message.starts_with("Your stored files would take more than 0.1 MB"),
         "{message}"
     );
+    // A file sent with its job counts the same, and is refused the same: no job, no file.
+    let job = json!({ "jobType": "import", "dataset": "over" });
+    let form = multipart::Form::new()
+        .part("job", multipart::Part::text(job.to_string()))
+        .part(
+            "file",
+            multipart::Part::bytes(file.clone()).file_name("data.csv"),
+        );
+    let sent = server.client.post(server.url("/api/jobs")).multipart(form);
+    let (retry_after, message) = limited(sent.send().await.unwrap()).await;
+    assert_eq!(retry_after, 3600);
+    assert!(
+        message.starts_with("Your stored files would take more than 0.1 MB"),
+        "{message}"
+    );
+    let (jobs, files): (i64, i64) =
+        sqlx::query_as("select (select count(*) from jobs), (select count(*) from uploads)")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((jobs, files), (0, 3));
     // Limits are per owner: someone else still may.
     let other = TestServer::new_client();
     assert_eq!(
