@@ -137,8 +137,10 @@ pub(super) async fn take(
         body,
     )
     .await?;
-    if let File::Stored(upload) = &file {
-        tracing::info!(upload = %upload.id, size = upload.size, "file uploaded");
+    let Upload { id, size, .. } = file.upload();
+    match &file {
+        File::Stored(_) => tracing::info!(upload = %id, size, "file uploaded"),
+        File::Sent(_) => tracing::info!(upload = %id, size, "file received, to store with its job"),
     }
     Ok(file)
 }

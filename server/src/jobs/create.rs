@@ -55,7 +55,7 @@ pub enum CreateError {
     TooManyItemBytes { limit: i64 },
     #[error(transparent)]
     Database(#[from] sqlx::Error),
-    /// The file sent with the job could not be stored (its owner's limits).
+    /// The file sent with the job could not be stored (its owner's limits, or the database).
     #[error(transparent)]
     File(#[from] UploadError),
     #[error(transparent)]
@@ -263,7 +263,15 @@ pub(super) async fn insert_plain(
         };
         dataset_ids.push(id);
     }
-    let sent: Vec<&Sent> = plain.iter().filter_map(|one| one.file.sent()).collect();
+    let (sent, stored): (Vec<&File>, Vec<&File>) = plain
+        .iter()
+        .map(|one| one.file)
+        .partition(|file| file.sent().is_some());
+    if !sent.is_empty() && !stored.is_empty() {
+        let ids: Vec<Uuid> = stored.iter().map(|file| file.upload().id).collect();
+        uploads::hold_stored(tx, &ids).await?;
+    }
+    let sent: Vec<&Sent> = sent.into_iter().filter_map(File::sent).collect();
     store_sent(tx, owner, &sent).await?;
     let handing: Vec<_> = plain
         .iter()

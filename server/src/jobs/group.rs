@@ -9,7 +9,8 @@
 //! owner's previous group is being made: a task of its own, the group's leader, makes them
 //! all in one transaction, which takes the owner's lock (and the imports' serialize keys')
 //! once, writes their jobs as creates of one would, with one statement for all where it can
-//! (`create::insert_plain`: their new datasets in one, their jobs in one), queues the messages
+//! (`create::insert_plain`: their new datasets in one, the files sent with them in one, their
+//! jobs in one), queues the messages
 //! of those their insert did not lease in one statement, and commits once. Jobs leased by their
 //! inserts are then handed to this process's workers ([`super::lane`]), and the requests are
 //! answered by a task of their own while the leader makes the owner's next group. The first
@@ -19,7 +20,7 @@
 //! live-job limit. Past the limit, that import and those after it are refused (each adds a
 //! live job) and those before it are made again, as a smaller group. Anything else an import
 //! meets (a dataset being made by another import, a file removed meanwhile, the files sent
-//! with the group past their owner's limits together, an error the database reported) has the
+//! with the group past their owner's limits, an error the database reported) has the
 //! group's imports made one by one, each as a create of one, which
 //! gives each request its own answer; no connection, or the database gone, is every request's
 //! answer at once. Being made by a task of their own, a group's jobs are created even if the
@@ -331,8 +332,8 @@ enum Outcome {
     /// live job) is past its owner's live-job limit.
     OverLimit { at: usize, limit: i64 },
     /// Rolled back: an import met something of its own (a dataset another import is making,
-    /// its file removed meanwhile, files sent with the group past their owner's limits
-    /// together, an error the database reported): each is made alone.
+    /// its file removed meanwhile, files sent with the group past their owner's limits, an
+    /// error the database reported): each is made alone.
     OneByOne(CreateError),
     /// No connection, or the database went away (or the group's lock or messages failed):
     /// every request is answered with this error, once, rather than each waiting for it in

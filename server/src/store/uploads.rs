@@ -78,8 +78,9 @@ impl UploadLimits {
 
 /// Files under this many bytes that have arrived whole by the time their first bytes are read
 /// are stored in one statement ([`store_sent`]), or held to be stored with the job they were
-/// sent with ([`take`]). Held before the owner's limits are checked, so no more than a
-/// request's own buffers would hold.
+/// sent with ([`take`]). Held before the owner's limits are checked: no more than a request's
+/// own buffers would hold, or, for files waiting for their group (`jobs::group`, which a
+/// request that went away leaves behind), at most an owner's imports that may wait at once.
 const WHOLE_BYTES: usize = 64 << 10;
 
 /// A small file that arrived whole with the request that sent it ([`WHOLE_BYTES`]), not stored
@@ -602,6 +603,21 @@ async fn store_part(
         (true, false, Some(limit)) => Err(UploadError::StoreFull { limit }),
         _ => Err(removed()),
     }
+}
+
+/// Holds the rows of these stored files `for key share` until the transaction ends, as the
+/// foreign keys of jobs that name them would: taken before a transaction that stores files
+/// sent with their jobs ([`store_sent`], which locks a row of the owner's stored bytes) names
+/// files stored earlier, so that it never waits for one being deleted (retention, an
+/// unclaimed upload) while holding the row that deletion goes on to lock.
+pub async fn hold_stored(conn: &mut PgConnection, ids: &[Uuid]) -> sqlx::Result<()> {
+    sqlx::query!(
+        "select 1 as held from uploads where id = any($1) order by id for key share",
+        ids
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(())
 }
 
 /// The received file with this id, if `sees` covers it (an export's file is not one: see

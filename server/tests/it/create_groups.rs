@@ -330,6 +330,27 @@ async fn files_sent_with_a_groups_imports_are_stored_by_its_transaction() {
         .unwrap();
     assert_eq!(datasets, 4);
     assert_stored_bytes_follow_uploads(&db).await;
+
+    // A group of files stored before and files sent with their imports is made together.
+    let mut files = sent_files(&db, owner, IMPORTS / 2, UploadLimits::NONE).await;
+    for n in 0..IMPORTS / 2 {
+        let upload = server.upload(&format!("stored{n}.csv"), csv(5)).await;
+        let id = Uuid::parse_str(upload["id"].as_str().unwrap()).unwrap();
+        let upload = uploads::find(&db.pool, id, Sees::OwnedBy(owner)).await;
+        files.push(uploads::File::Stored(upload.unwrap().unwrap()));
+    }
+    let names: Vec<String> = (0..IMPORTS).map(|n| format!("mixed{n}")).collect();
+    let made = asked_at_once(&db, &groups, owner, files, &names, None, None).await;
+    let jobs: Vec<Uuid> = made.into_iter().map(|made| made.unwrap().job.id).collect();
+    assert_eq!(writers(&db, &jobs).await, 2);
+    let files: i64 =
+        sqlx::query_scalar("select count(distinct upload_id) from jobs where id = any($1)")
+            .bind(&jobs)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(files, IMPORTS as i64);
+    assert_stored_bytes_follow_uploads(&db).await;
     server.stop().await;
 }
 
