@@ -103,40 +103,22 @@ pub(super) async fn store(
     owner: Uuid,
     field: Field<'_>,
 ) -> Result<Upload, ApiError> {
-    let (filename, content_type, limits) = described(state, &field);
-    let body = std::pin::pin!(file_body(field, limits.file_bytes));
-    let upload = uploads::save(
-        &state.pool,
-        owner,
-        &filename,
-        content_type.as_deref(),
-        limits,
-        body,
-    )
-    .await?;
+    let upload = match receive(state, owner, field).await? {
+        File::Stored(upload) => upload,
+        File::Sent(sent) => uploads::store_whole(&state.pool, owner, sent).await?,
+    };
     tracing::info!(upload = %upload.id, size = upload.size, "file uploaded");
     Ok(upload)
 }
 
 /// A form's file field sent with the job it is for, within the server's upload limits: a small
-/// file that arrived whole is held, to be stored with its job; any other is stored now
-/// (`store::uploads::take`).
+/// file that arrived whole is held, to be stored with its job; any other is stored now.
 pub(super) async fn take(
     state: &AppState,
     owner: Uuid,
     field: Field<'_>,
 ) -> Result<File, ApiError> {
-    let (filename, content_type, limits) = described(state, &field);
-    let body = std::pin::pin!(file_body(field, limits.file_bytes));
-    let file = uploads::take(
-        &state.pool,
-        owner,
-        &filename,
-        content_type.as_deref(),
-        limits,
-        body,
-    )
-    .await?;
+    let file = receive(state, owner, field).await?;
     let Upload { id, size, .. } = file.upload();
     match &file {
         File::Stored(_) => tracing::info!(upload = %id, size, "file uploaded"),
@@ -145,8 +127,8 @@ pub(super) async fn take(
     Ok(file)
 }
 
-/// A file field's name (cleaned), content type and the limits it is stored within.
-fn described(state: &AppState, field: &Field<'_>) -> (String, Option<String>, UploadLimits) {
+/// A form's file field, taken as `store::uploads::take` takes a file.
+async fn receive(state: &AppState, owner: Uuid, field: Field<'_>) -> Result<File, UploadError> {
     let filename = clean_file_name(field.file_name().unwrap_or("upload.csv"));
     let content_type = field.content_type().map(str::to_owned);
     let limits = UploadLimits {
@@ -154,7 +136,9 @@ fn described(state: &AppState, field: &Field<'_>) -> (String, Option<String>, Up
         at_once: Some(state.limits.uploads_at_once),
         stored_bytes: Some(state.limits.stored_bytes),
     };
-    (filename, content_type, limits)
+    let body = std::pin::pin!(file_body(field, limits.file_bytes));
+    let content_type = content_type.as_deref();
+    uploads::take(&state.pool, owner, &filename, content_type, limits, body).await
 }
 
 /// A file field's bytes, its errors as an upload's.

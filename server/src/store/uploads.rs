@@ -56,7 +56,7 @@ fn removed() -> UploadError {
     ))
 }
 
-/// What [`save`] lets one file and its owner take.
+/// What [`take`] lets one file and its owner take.
 #[derive(Debug, Clone, Copy)]
 pub struct UploadLimits {
     /// The largest file.
@@ -143,37 +143,12 @@ impl File {
     }
 }
 
-/// Stores a file from a stream of byte chunks, all or nothing. A small file that has arrived
-/// whole by the time its first bytes are read is stored in one statement ([`WHOLE_BYTES`]).
-/// Any other is `receiving` (seen by nothing but its owner's limits) until its last byte is
-/// stored; every part is stored in its own statement, so a slow sender holds no transaction
-/// or connection while we wait.
-pub async fn save<S, B, E>(
-    pool: &PgPool,
-    owner: Uuid,
-    filename: &str,
-    content_type: Option<&str>,
-    limits: UploadLimits,
-    mut body: S,
-) -> Result<Upload, UploadError>
-where
-    S: Stream<Item = Result<B, E>> + Unpin,
-    B: AsRef<[u8]>,
-    E: Into<UploadError>,
-{
-    match arrive(limits, &mut body).await? {
-        Arrived::Whole(file) => {
-            store_whole(pool, owner, Sent::new(file, filename, content_type)).await
-        }
-        Arrived::Started(file) => {
-            save_rest(pool, owner, (filename, content_type), file, body).await
-        }
-    }
-}
-
-/// A file sent with the job it is for: a small one that has arrived whole by the time its
-/// first bytes are read ([`WHOLE_BYTES`]) is held, to be stored by the transaction that makes
-/// the job; any other is stored as [`save`] stores it.
+/// Takes a file from a stream of byte chunks. A small one that has arrived whole by the time
+/// its first bytes are read ([`WHOLE_BYTES`]) is held, to be stored in one statement: by the
+/// transaction that makes the job it was sent with, or at once ([`store_whole`]). Any other is
+/// stored now, all or nothing: `receiving` (seen by nothing but its owner's limits) until its
+/// last byte is stored, every part in its own statement, so a slow sender holds no
+/// transaction or connection while we wait.
 pub async fn take<S, B, E>(
     pool: &PgPool,
     owner: Uuid,
@@ -466,7 +441,7 @@ where
 /// trips, and one owner's uploads waited 9.3 ms for it on average (`make bench ONLY=small`,
 /// 3,000 jobs). Run by a task of its own: a request dropped meanwhile has the file, stored once
 /// the statement commits, deleted.
-async fn store_whole(pool: &PgPool, owner: Uuid, file: Sent) -> Result<Upload, UploadError> {
+pub async fn store_whole(pool: &PgPool, owner: Uuid, file: Sent) -> Result<Upload, UploadError> {
     let (answer, answered) = tokio::sync::oneshot::channel();
     let (pool, upload) = (pool.clone(), file.upload.clone());
     tokio::spawn(async move {
